@@ -1,0 +1,62 @@
+/**
+ * The contract every backend implements. A backend waits natively (a FIFO queue with push
+ * wake-up) and reports; it never polls on behalf of the service layer. Everything that is the
+ * same for every backend (re-entrancy, key templates, renewal scheduling, the lost-lock path,
+ * wait timeouts) lives once above this line, in LockService and LockHandle.
+ */
+export interface LockBackend {
+  /** Short name used in errors and logs: 'memory', 'redis', 'etcd', 'zookeeper'. */
+  readonly name: string;
+
+  /**
+   * Longest key, in UTF-8 bytes, the backend accepts as is. LockService hashes longer keys
+   * (see lock-key.ts), so backends never see a key longer than this.
+   */
+  readonly maxKeyBytes: number;
+
+  /**
+   * Wait, first come first served, until the lock is granted to `request.owner`.
+   * When `request.signal` aborts first, the backend leaves the queue (and releases a grant that
+   * raced with the abort) and rejects with the signal's reason.
+   */
+  acquire(request: AcquireRequest): Promise<LockGrant>;
+
+  /** Take the lock only if it is free right now; never queue. */
+  tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null>;
+
+  /**
+   * Extend the lease to `ttlMs` from now, checked against the owner.
+   * `false` means the lease is no longer ours; a rejection means "could not tell" (the service
+   * keeps trying until the lease it last confirmed runs out).
+   */
+  renew(grant: LockGrant, ttlMs: number): Promise<boolean>;
+
+  /** Owner-checked and idempotent: releasing a lock that is gone or owned by another is a no-op. */
+  release(grant: LockGrant): Promise<void>;
+
+  /** Abort every wait, fire every held grant's `lost`, close only the clients it created. */
+  close(): Promise<void>;
+}
+
+export interface AcquireRequest {
+  /** The full key: module keyPrefix + resolved name, hashed when longer than maxKeyBytes. */
+  readonly key: string;
+  /** Unique per acquisition; the backend grants and checks ownership by it. */
+  readonly owner: string;
+  /** Lease length. Backends with coarser leases round up and say how in their docs. */
+  readonly ttlMs: number;
+  readonly signal: AbortSignal;
+}
+
+/** One granted lease, as the backend sees it. */
+export interface LockGrant {
+  readonly key: string;
+  readonly owner: string;
+  /** Strictly greater than every earlier grant of the same key. */
+  readonly fencingToken: bigint;
+  /**
+   * Aborted by the backend the moment it knows the lease is gone without asking (session
+   * expired, key deleted). Backends that can only find out by asking leave it to `renew`.
+   */
+  readonly lost: AbortSignal;
+}

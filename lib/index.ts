@@ -1,0 +1,30 @@
+export { DistributedLockModule } from './distributed-lock.module';
+export { LockService } from './lock.service';
+export { LockHandle } from './lock-handle';
+export { WithLock } from './with-lock.decorator';
+export { currentLock } from './lock-context';
+export type { LockKeyTemplate } from './lock-key';
+export {
+  DEFAULT_KEY_PREFIX,
+  DEFAULT_TTL_MS,
+  DEFAULT_WAIT_TIMEOUT_MS,
+  type AcquireOptions,
+  type BackendOptions,
+  type CustomBackendOptions,
+  type DistributedLockModuleOptions,
+  type LockOptions,
+  type MemoryBackendOptions,
+  type OnLockLost,
+} from './lock-options';
+export {
+  DistributedLockError,
+  LockBackendError,
+  LockConfigError,
+  LockKeyError,
+  LockLostError,
+  LockTimeoutError,
+  type LockLostReason,
+} from './errors';
+export type { AcquireRequest, LockBackend, LockGrant } from './backends/lock-backend.interface';
+export { MemoryLockBackend } from './backends/memory/memory.backend';
+export { MemoryLockStore } from './backends/memory/memory-lock-store';

@@ -1,0 +1,163 @@
+import { Logger } from '@nestjs/common';
+import type { LockBackend, LockGrant } from './backends/lock-backend.interface';
+import { LockConfigError, LockLostError, type LockLostReason } from './errors';
+
+/**
+ * Local clocks and the server's drift apart, and a grant arrives a little after the server
+ * started its lease: the local deadline is taken this much early (Redlock's 1% + 2 ms).
+ */
+export function driftAllowanceMs(ttlMs: number): number {
+  return ttlMs * 0.01 + 2;
+}
+
+const logger = new Logger('DistributedLock');
+
+/**
+ * One granted lease in this process: renews it while held, keeps the local deadline it last
+ * confirmed, fires the lost signal the moment the lease is known gone, and releases it once when
+ * the last re-entrant holder leaves. LockHandle is the user's view of it.
+ */
+export class LockLease {
+  private readonly lostController = new AbortController();
+  private holds = 1;
+  private deadline: number;
+  private renewTimer?: NodeJS.Timeout;
+  private expiryTimer?: NodeJS.Timeout;
+  private released?: Promise<void>;
+  private lostError?: LockLostError;
+
+  constructor(
+    private readonly backend: LockBackend,
+    readonly grant: LockGrant,
+    /** The name the user asked for, before prefix and hashing: what errors show. */
+    readonly name: string,
+    private ttlMs: number,
+    private readonly renewIntervalMs: number | undefined,
+    private readonly autoRenew: boolean,
+    /** Told once, after the backend release, so the owner can stop tracking this lease. */
+    private readonly onReleased: () => void,
+  ) {
+    this.deadline = performance.now() + ttlMs - driftAllowanceMs(ttlMs);
+    this.armExpiry();
+    if (autoRenew) this.scheduleRenewal(this.interval());
+    grant.lost.addEventListener('abort', this.onBackendLost, { once: true });
+  }
+
+  get signal(): AbortSignal {
+    return this.lostController.signal;
+  }
+
+  /** Held and not known lost; checks the deadline too, in case timers were late (a paused process). */
+  get isActive(): boolean {
+    this.checkDeadline();
+    return this.released === undefined && this.lostError === undefined;
+  }
+
+  /** The error a caller gets when it finishes after the lock was lost, if it was. */
+  get lost(): LockLostError | undefined {
+    this.checkDeadline();
+    return this.lostError;
+  }
+
+  enter(): void {
+    this.holds++;
+  }
+
+  /** Releases at the backend when the outermost holder leaves; never rejects. */
+  exit(): Promise<void> {
+    if (--this.holds > 0) return Promise.resolve();
+    this.released ??= this.releaseAtBackend();
+    return this.released;
+  }
+
+  async extend(ttlMs = this.ttlMs): Promise<void> {
+    if (!Number.isFinite(ttlMs) || ttlMs <= 0) {
+      throw new LockConfigError('ttlMs', `extend() needs a finite number of milliseconds above 0, got ${ttlMs}.`);
+    }
+    const lost = this.lost;
+    if (lost || this.released) throw lost ?? new LockLostError(this.name, this.grant.fencingToken, 'renewal-refused');
+    const started = performance.now();
+    if (!(await this.backend.renew(this.grant, ttlMs))) {
+      this.markLost('renewal-refused');
+      throw this.lostError!;
+    }
+    this.ttlMs = ttlMs;
+    this.confirm(started);
+    if (this.autoRenew) this.scheduleRenewal(this.interval());
+  }
+
+  private interval(): number {
+    return this.renewIntervalMs !== undefined && this.renewIntervalMs < this.ttlMs ? this.renewIntervalMs : this.ttlMs / 3;
+  }
+
+  private scheduleRenewal(delayMs: number): void {
+    clearTimeout(this.renewTimer);
+    this.renewTimer = setTimeout(() => void this.renewNow(), delayMs);
+    this.renewTimer.unref();
+  }
+
+  private async renewNow(): Promise<void> {
+    if (!this.isActive) return;
+    const started = performance.now();
+    try {
+      const stillOurs = await this.backend.renew(this.grant, this.ttlMs);
+      if (!this.isActive) return;
+      if (!stillOurs) return this.markLost('renewal-refused');
+      this.confirm(started);
+      this.scheduleRenewal(this.interval());
+    } catch (error) {
+      // Could not tell: keep trying until the lease last confirmed runs out (armExpiry).
+      logger.warn(`Renewing lock "${this.name}" failed, retrying: ${(error as Error).message}`);
+      if (this.isActive) this.scheduleRenewal(Math.max(this.interval() / 3, 10));
+    }
+  }
+
+  /** The lease was extended by a call that started at `started`: count from then, not from the reply. */
+  private confirm(started: number): void {
+    this.deadline = started + this.ttlMs - driftAllowanceMs(this.ttlMs);
+    this.armExpiry();
+  }
+
+  private armExpiry(): void {
+    clearTimeout(this.expiryTimer);
+    this.expiryTimer = setTimeout(() => this.checkDeadline(), Math.max(0, this.deadline - performance.now()));
+    this.expiryTimer.unref();
+  }
+
+  private checkDeadline(): void {
+    if (this.released === undefined && this.lostError === undefined && performance.now() >= this.deadline) {
+      this.markLost('lease-expired');
+    }
+  }
+
+  private readonly onBackendLost = () => this.markLost('backend-reported', this.grant.lost.reason);
+
+  markLost(reason: LockLostReason, cause?: unknown): void {
+    if (this.lostError || this.released) return;
+    this.stopTimers();
+    this.lostError = new LockLostError(this.name, this.grant.fencingToken, reason, { cause });
+    this.lostController.abort(this.lostError);
+    // Our own deadline passed: give the lock up at the backend too (owner-checked), so the next
+    // waiter does not wait for a server-side lease that outlives ours (etcd's session, a ZK node).
+    if (reason === 'lease-expired') this.backend.release(this.grant).catch(() => undefined);
+  }
+
+  private stopTimers(): void {
+    clearTimeout(this.renewTimer);
+    clearTimeout(this.expiryTimer);
+    this.grant.lost.removeEventListener('abort', this.onBackendLost);
+  }
+
+  private async releaseAtBackend(): Promise<void> {
+    this.checkDeadline();
+    this.stopTimers();
+    try {
+      await this.backend.release(this.grant);
+    } catch (error) {
+      // The lease runs out on its own; failing the caller's finished work would mislead it.
+      logger.warn(`Releasing lock "${this.name}" failed; it expires with its lease: ${(error as Error).message}`);
+    } finally {
+      this.onReleased();
+    }
+  }
+}

@@ -1,0 +1,163 @@
+import { Inject, Injectable, type OnApplicationShutdown } from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
+import { LOCK_BACKEND } from './backends/lock-backend.token';
+import type { LockBackend, LockGrant } from './backends/lock-backend.interface';
+import { DistributedLockError, LockBackendError, LockTimeoutError } from './errors';
+import { lockContext, LockScope } from './lock-context';
+import { LockHandle } from './lock-handle';
+import { assertLockName, toBackendKey } from './lock-key';
+import { LockLease } from './lock-lease';
+import {
+  resolveLockOptions,
+  type AcquireOptions,
+  type LockOptions,
+  type ResolvedLockOptions,
+  type ResolvedModuleOptions,
+} from './lock-options';
+import { RESOLVED_LOCK_OPTIONS } from './lock-options.token';
+
+/**
+ * Acquire, try, run under, and look up locks. Re-entrant per async call chain: a name the chain
+ * already holds is entered again with no backend call, and only the outermost exit releases.
+ */
+@Injectable()
+export class LockService implements OnApplicationShutdown {
+  /** The service @WithLock uses; the last one constructed (one per application). */
+  private static active?: LockService;
+  private readonly ownerPrefix = `${randomUUID()}:`;
+  private ownerSeq = 0;
+  private readonly leases = new Set<LockLease>();
+
+  constructor(
+    @Inject(LOCK_BACKEND) private readonly backend: LockBackend,
+    @Inject(RESOLVED_LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
+  ) {
+    LockService.active = this;
+  }
+
+  /** @internal The service behind @WithLock, or a clear error when the module was never imported. */
+  static forDecorator(method: string): LockService {
+    if (!LockService.active) {
+      throw new DistributedLockError(
+        `@WithLock on ${method} ran, but no LockService exists: import DistributedLockModule.forRoot() ` +
+          'in the application module (or create the application before calling decorated methods).',
+      );
+    }
+    return LockService.active;
+  }
+
+  /** Waits (FIFO) up to `waitTimeoutMs`, then rejects with LockTimeoutError. */
+  async acquire(name: string, options?: AcquireOptions): Promise<LockHandle> {
+    assertLockName(name, 'LockService.acquire');
+    const resolved = resolveLockOptions(options, this.options);
+    const key = this.backendKey(name);
+    const reentered = this.reenter(key);
+    if (reentered) return reentered;
+    const grant = await this.waitForGrant(key, name, resolved.ttlMs, resolved.waitTimeoutMs, options?.signal);
+    return new LockHandle(this.track(grant, name, resolved), false);
+  }
+
+  /** Takes the lock only if it is free now (or re-entered); `null` otherwise. Never waits. */
+  async tryAcquire(name: string, options?: LockOptions): Promise<LockHandle | null> {
+    assertLockName(name, 'LockService.tryAcquire');
+    const resolved = resolveLockOptions(options, this.options);
+    const key = this.backendKey(name);
+    const reentered = this.reenter(key);
+    if (reentered) return reentered;
+    const grant = await this.backend.tryAcquire({ key, owner: this.nextOwner(), ttlMs: resolved.ttlMs }).catch((error) => {
+      throw this.wrap('try to acquire', error);
+    });
+    return grant && new LockHandle(this.track(grant, name, resolved), false);
+  }
+
+  /**
+   * Runs `fn` holding the lock, then releases it, whatever `fn` did. `fn`'s error is rethrown
+   * after the release; when the lock was lost before `fn` finished, the call rejects with
+   * LockLostError (unless `onLockLost: 'ignore'`).
+   */
+  async withLock<T>(name: string, fn: (lock: LockHandle) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
+    const resolved = resolveLockOptions(options, this.options);
+    const handle = await this.acquire(name, options);
+    const lease = handle.lease;
+    const scope = handle.reentrant ? lockContext.getStore() : LockScope.with(lockContext.getStore(), this.backendKey(name), handle);
+    let result: T;
+    try {
+      result = await lockContext.run(scope!, () => fn(handle));
+    } catch (error) {
+      await handle.release();
+      throw error;
+    }
+    const lost = lease.lost;
+    await handle.release();
+    if (lost && resolved.onLockLost === 'throw') throw lost;
+    return result;
+  }
+
+  /** The handle of `name` if the calling async chain holds it, else undefined. */
+  current(name: string): LockHandle | undefined {
+    return lockContext.getStore()?.find(this.backendKey(name));
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    for (const lease of this.leases) lease.markLost('backend-closed');
+    this.leases.clear();
+    if (LockService.active === this) LockService.active = undefined;
+    await this.backend.close();
+  }
+
+  private backendKey(name: string): string {
+    return toBackendKey(this.options.keyPrefix, name, this.backend.maxKeyBytes);
+  }
+
+  private reenter(key: string): LockHandle | undefined {
+    const held = lockContext.getStore()?.find(key);
+    if (!held) return undefined;
+    held.lease.enter();
+    return new LockHandle(held.lease, true);
+  }
+
+  private async waitForGrant(
+    key: string,
+    name: string,
+    ttlMs: number,
+    waitTimeoutMs: number,
+    callerSignal: AbortSignal | undefined,
+  ): Promise<LockGrant> {
+    const started = performance.now();
+    const waiting = new AbortController();
+    const timer =
+      waitTimeoutMs === Infinity
+        ? undefined
+        : setTimeout(() => waiting.abort(new LockTimeoutError(name, Math.round(performance.now() - started))), waitTimeoutMs);
+    const onCallerAbort = () => waiting.abort(callerSignal!.reason);
+    if (callerSignal?.aborted) onCallerAbort();
+    callerSignal?.addEventListener('abort', onCallerAbort, { once: true });
+    try {
+      return await this.backend.acquire({ key, owner: this.nextOwner(), ttlMs, signal: waiting.signal });
+    } catch (error) {
+      // A timeout or the caller's abort reaches us as the signal's own reason: pass it through.
+      if (waiting.signal.aborted && error === waiting.signal.reason) throw error;
+      throw this.wrap('acquire', error);
+    } finally {
+      clearTimeout(timer);
+      callerSignal?.removeEventListener('abort', onCallerAbort);
+    }
+  }
+
+  /** Wraps client errors once, at the boundary; the library's own errors pass through. */
+  private wrap(operation: string, error: unknown): Error {
+    return error instanceof DistributedLockError ? error : new LockBackendError(this.backend.name, operation, error);
+  }
+
+  private track(grant: LockGrant, name: string, options: ResolvedLockOptions): LockLease {
+    const lease: LockLease = new LockLease(this.backend, grant, name, options.ttlMs, options.renewIntervalMs, options.renew, () =>
+      this.leases.delete(lease),
+    );
+    this.leases.add(lease);
+    return lease;
+  }
+
+  private nextOwner(): string {
+    return this.ownerPrefix + (++this.ownerSeq).toString(36);
+  }
+}

@@ -1,0 +1,46 @@
+import { compileLockKey, type LockKeyTemplate } from './lock-key';
+import type { LockOptions } from './lock-options';
+import { LockService } from './lock.service';
+
+/**
+ * Runs the method holding the lock named by `template`, resolved from the call's arguments:
+ * `'stock:<0>'` is argument 0, `'order:<1.id>'` the `id` of argument 1; a function of the
+ * arguments is the escape hatch. The method then returns a Promise, even if it was synchronous.
+ *
+ * The method is wrapped when the class is defined (a Proxy, so name and length are kept) and
+ * the original's reflect-metadata is copied onto the wrapper, so Nest decorators (@Get, @Cron,
+ * @MessagePattern...) work above or below this one, on any provider, not only controllers.
+ */
+export function WithLock(template: LockKeyTemplate, options?: LockOptions): MethodDecorator {
+  return (target, propertyKey, descriptor: PropertyDescriptor) => {
+    const method = `${(target as object).constructor.name}.${String(propertyKey)}`;
+    const original = descriptor.value;
+    if (typeof original !== 'function') {
+      throw new TypeError(`@WithLock can only decorate methods; ${method} is not one.`);
+    }
+    const resolveName = compileLockKey(template, method);
+    const wrapped = new Proxy(original, {
+      apply(fn, thisArg, args: unknown[]) {
+        let name: string;
+        let service: LockService;
+        try {
+          name = resolveName(args);
+          service = LockService.forDecorator(method);
+        } catch (error) {
+          return Promise.reject(error);
+        }
+        return service.withLock(name, () => Reflect.apply(fn, thisArg, args), options);
+      },
+    });
+    copyMetadata(original, wrapped);
+    descriptor.value = wrapped;
+    return descriptor;
+  };
+}
+
+/** Metadata lives in a WeakMap keyed by the function object, so the Proxy needs its own copy. */
+function copyMetadata(from: object, to: object): void {
+  for (const key of Reflect.getOwnMetadataKeys(from)) {
+    Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, from), to);
+  }
+}

@@ -1,0 +1,32 @@
+// The servers the tests run, from Debian's packages. Missing ones are installed with apt-get
+// when we are root; otherwise the run stops with the exact command to type.
+'use strict';
+const { execFileSync, execSync } = require('node:child_process');
+const { existsSync } = require('node:fs');
+
+/** package -> how to tell it is installed. Backends add their server here. */
+const SERVERS = [];
+
+function ensureTestServers() {
+  const missing = SERVERS.filter((server) => !server.installed());
+  if (missing.length === 0) return;
+  const packages = missing.map((server) => server.package);
+  const command = `apt-get update && apt-get install -y ${packages.join(' ')}`;
+  if (process.getuid?.() !== 0) {
+    console.error(`The tests need ${packages.join(', ')}. Install them with:\n  sudo ${command}`);
+    process.exit(1);
+  }
+  console.log(`Installing test servers: ${packages.join(' ')}`);
+  execSync(command, { stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+}
+
+function onPath(binary) {
+  try {
+    execFileSync('sh', ['-c', `command -v ${binary}`], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+module.exports = { ensureTestServers, SERVERS, onPath, existsSync };

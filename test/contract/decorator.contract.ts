@@ -1,0 +1,122 @@
+import 'reflect-metadata';
+import assert from 'node:assert/strict';
+import { setImmediate as tick } from 'node:timers/promises';
+import { afterEach, describe, it } from 'node:test';
+import { Body, Controller, Get, Injectable, Module, Param, Post, type INestApplication } from '@nestjs/common';
+import { PATH_METADATA, METHOD_METADATA } from '@nestjs/common/constants';
+import { NestFactory } from '@nestjs/core';
+import { DistributedLockModule, LockKeyError, WithLock, currentLock, type LockBackend } from '../../lib';
+import { countingBackend, type BackendCalls } from '../support/counting-backend';
+import { assertExclusive, type HoldInterval } from '../support/timing';
+
+@Injectable()
+class OrderService {
+  ran = 0;
+  readonly intervals: HoldInterval[] = [];
+
+  @WithLock('order:<0.id>')
+  async place(order: { id?: unknown }): Promise<bigint> {
+    this.ran++;
+    const start = process.hrtime.bigint();
+    await tick();
+    const token = currentLock()!.fencingToken;
+    this.intervals.push({ start, end: process.hrtime.bigint(), fencingToken: token, holder: `place ${this.ran}` });
+    return this.confirm(order);
+  }
+
+  /** Same key, entered again from inside place(): re-entrant, so no deadlock. */
+  @WithLock((order: { id: string }) => `order:${order.id}`)
+  async confirm(_order: { id?: unknown }): Promise<bigint> {
+    return currentLock()!.fencingToken;
+  }
+}
+
+@Controller('stock')
+class StockController {
+  constructor(private readonly orders: OrderService) {}
+
+  @Get(':sku')
+  @WithLock('stock:<0>')
+  async lockAppliedFirst(@Param('sku') sku: string) {
+    return { sku, token: String(currentLock()?.fencingToken) };
+  }
+
+  @WithLock('stock:<0>')
+  @Post(':sku')
+  async routeAppliedFirst(@Param('sku') sku: string, @Body() body: { id: string }) {
+    return { sku, token: String(await this.orders.place(body)) };
+  }
+}
+
+/** @WithLock inside a Nest application: decorator order, metadata, key errors, exclusion. */
+export function runDecoratorContract(newClient: () => Promise<LockBackend>): void {
+  describe('@WithLock in a Nest application', () => {
+    let app: INestApplication | undefined;
+    let calls: BackendCalls;
+
+    afterEach(async () => {
+      await app?.close();
+      app = undefined;
+    });
+
+    async function start(): Promise<{ url: string; orders: OrderService }> {
+      const counted = countingBackend(await newClient());
+      calls = counted.calls;
+      @Module({
+        imports: [DistributedLockModule.forRoot({ backend: { type: 'custom', backend: counted.backend } })],
+        controllers: [StockController],
+        providers: [OrderService],
+      })
+      class TestAppModule {}
+      app = await NestFactory.create(TestAppModule, { logger: false });
+      await app.listen(0, '127.0.0.1');
+      return { url: (await app.getUrl()).replace('[::1]', '127.0.0.1'), orders: app.get(OrderService) };
+    }
+
+    it('keeps route metadata and the method name in either decorator order', async () => {
+      const { url } = await start();
+      for (const name of ['lockAppliedFirst', 'routeAppliedFirst'] as const) {
+        const method = StockController.prototype[name];
+        assert.equal(method.name, name);
+        assert.equal(Reflect.getMetadata(PATH_METADATA, method), ':sku');
+        assert.notEqual(Reflect.getMetadata(METHOD_METADATA, method), undefined);
+      }
+      const got = await fetch(`${url}/stock/apple`);
+      assert.equal(got.status, 200);
+      assert.equal(((await got.json()) as { sku: string }).sku, 'apple');
+      const posted = await fetch(`${url}/stock/pear`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ id: 'o-1' }),
+      });
+      assert.equal(posted.status, 201);
+      assert.equal(((await posted.json()) as { sku: string }).sku, 'pear');
+    });
+
+    it('serialises calls on one key and re-enters a key the call chain holds', async () => {
+      const { orders } = await start();
+      const tokens = await Promise.all(Array.from({ length: 50 }, () => orders.place({ id: 'same' })));
+      assert.equal(orders.ran, 50);
+      assertExclusive(orders.intervals);
+      assert.equal(new Set(tokens).size, 50, 'the re-entrant confirm() saw another fencing token');
+      assert.equal(calls.release, 50, 'the nested @WithLock reached the backend');
+    });
+
+    it('rejects a bad key part with LockKeyError naming template, method and part, before the backend or the handler', async () => {
+      const { orders } = await start();
+      for (const bad of [undefined, null, '', Number.NaN, {}, [], { nested: 1 }]) {
+        await assert.rejects(orders.place({ id: bad }), (error: unknown) => {
+          assert.ok(error instanceof LockKeyError, `expected LockKeyError for ${String(bad)}`);
+          assert.equal(error.template, 'order:<0.id>');
+          assert.equal(error.method, 'OrderService.place');
+          assert.equal(error.part, '<0.id>');
+          assert.match(error.message, /OrderService\.place/);
+          return true;
+        });
+      }
+      await assert.rejects(orders.place(undefined as never), LockKeyError);
+      assert.equal(orders.ran, 0, 'the handler ran with a bad key');
+      assert.deepEqual(calls, { acquire: 0, tryAcquire: 0, renew: 0, release: 0 });
+    });
+  });
+}

@@ -1,0 +1,49 @@
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** Resolves when `condition` holds, polling every few ms; rejects after `timeoutMs`. Test-side only. */
+export async function eventually(condition: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(5);
+  }
+}
+
+/**
+ * Resolves when `signal` aborts; rejects after `timeoutMs`. The lease timers are unref'd (a held
+ * lock must not keep a process alive), so a test waiting on a signal alone needs a ref'd timer.
+ */
+export function abortedWithin(signal: AbortSignal, timeoutMs: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`signal did not fire within ${timeoutMs} ms`)), timeoutMs);
+    const done = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+    if (signal.aborted) return done();
+    signal.addEventListener('abort', done, { once: true });
+  });
+}
+
+/** A hold interval recorded inside a critical section, for the no-overlap check. */
+export interface HoldInterval {
+  start: bigint;
+  end: bigint;
+  fencingToken: bigint;
+  holder: string;
+}
+
+/** Throws unless the intervals are disjoint and tokens increase in the order the holds began. */
+export function assertExclusive(intervals: HoldInterval[]): void {
+  const sorted = [...intervals].sort((a, b) => (a.start < b.start ? -1 : a.start > b.start ? 1 : 0));
+  for (let i = 1; i < sorted.length; i++) {
+    const previous = sorted[i - 1];
+    const current = sorted[i];
+    if (current.start < previous.end) {
+      throw new Error(`holds overlap: ${previous.holder} [${previous.start}, ${previous.end}] and ${current.holder} [${current.start}, ${current.end}]`);
+    }
+    if (current.fencingToken <= previous.fencingToken) {
+      throw new Error(`fencing token did not increase: ${previous.holder} had ${previous.fencingToken}, then ${current.holder} got ${current.fencingToken}`);
+    }
+  }
+}
