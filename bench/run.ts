@@ -1,0 +1,33 @@
+/**
+ * `npm run bench [-- redis etcd zookeeper]`: each section starts its own throwaway servers on
+ * free loopback ports, runs this library and its peers on the same server in one run, and
+ * prints medians and ratios. Absolute numbers move on a shared machine; ratios are the result.
+ */
+import 'reflect-metadata';
+
+type Section = { name: string; run: () => Promise<void> };
+
+/** Backends add their section here. */
+const SECTIONS: Section[] = [];
+
+async function main(): Promise<void> {
+  const wanted = process.argv.slice(2);
+  const chosen = wanted.length ? SECTIONS.filter((s) => wanted.includes(s.name)) : SECTIONS;
+  if (chosen.length === 0) {
+    console.error(`no benchmark section among: ${SECTIONS.map((s) => s.name).join(', ') || '(none yet)'}`);
+    process.exit(1);
+  }
+  console.log(`node ${process.version}, ${require('node:os').cpus().length} cores, ${new Date().toISOString()}`);
+  for (const section of chosen) {
+    console.log(`\n== ${section.name} ==`);
+    await section.run();
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (error) => {
+    console.error(error);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,87 @@
+import { median, percentile } from './stats';
+
+/**
+ * Runs one lock's critical section. Each library under test is adapted to this shape, so every
+ * library runs the same workload: `criticalSection` must be called while holding `lockName`.
+ */
+export type LockRunner = (lockName: string, criticalSection: () => void | Promise<void>) => Promise<void>;
+
+export interface CycleResult {
+  /** Median over rounds of acquire+release cycles per second. */
+  cyclesPerSecond: number;
+  /** Median time of one cycle, in ms. */
+  cycleMs: number;
+}
+
+/** Uncontended acquire+release cycles, one after another, on a fresh name each round. */
+export async function uncontendedCycles(run: LockRunner, rounds = 7, cyclesPerRound = 300): Promise<CycleResult> {
+  const perSecond: number[] = [];
+  for (let round = 0; round < rounds; round++) {
+    const name = `bench-cycle-${process.pid}-${Date.now()}-${round}`;
+    const started = performance.now();
+    for (let i = 0; i < cyclesPerRound; i++) await run(name, () => undefined);
+    perSecond.push(cyclesPerRound / ((performance.now() - started) / 1000));
+  }
+  const cyclesPerSecond = median(perSecond);
+  return { cyclesPerSecond, cycleMs: 1000 / cyclesPerSecond };
+}
+
+export interface FlashSaleResult {
+  makespanMs: number;
+  criticalSectionsPerSecond: number;
+  waitP50Ms: number;
+  waitP99Ms: number;
+  stockLeft: number;
+  winners: number;
+  initialStock: number;
+  /** stock + winners == initial and winners <= initial. */
+  invariantHolds: boolean;
+}
+
+/**
+ * The flash sale: every buyer of every connection arrives at once on one lock name and buys
+ * once; the stock is read, yielded on, and written back, so only the lock keeps it right.
+ */
+export async function flashSale(runners: LockRunner[], buyersPerConnection: number, initialStock: number): Promise<FlashSaleResult> {
+  const name = `bench-sale-${process.pid}-${Date.now()}`;
+  let stock = initialStock;
+  let winners = 0;
+  const waits: number[] = [];
+  const started = performance.now();
+  await Promise.all(
+    runners.flatMap((run) =>
+      Array.from({ length: buyersPerConnection }, async () => {
+        const arrived = performance.now();
+        await run(name, async () => {
+          waits.push(performance.now() - arrived);
+          const seen = stock;
+          await Promise.resolve();
+          if (seen > 0) {
+            stock = seen - 1;
+            winners++;
+          }
+        });
+      }),
+    ),
+  );
+  const makespanMs = performance.now() - started;
+  return {
+    makespanMs,
+    criticalSectionsPerSecond: (runners.length * buyersPerConnection) / (makespanMs / 1000),
+    waitP50Ms: percentile(waits, 50),
+    waitP99Ms: percentile(waits, 99),
+    stockLeft: stock,
+    winners,
+    initialStock,
+    invariantHolds: stock + winners === initialStock && winners <= initialStock && stock >= 0,
+  };
+}
+
+/** Repeats a flash sale and keeps the run with the median makespan (the machine is noisy). */
+export async function medianFlashSale(repeat: number, sale: () => Promise<FlashSaleResult>): Promise<FlashSaleResult & { runs: number }> {
+  const results: FlashSaleResult[] = [];
+  for (let i = 0; i < repeat; i++) results.push(await sale());
+  results.sort((a, b) => a.makespanMs - b.makespanMs);
+  const middle = results[Math.floor(results.length / 2)];
+  return { ...middle, invariantHolds: results.every((r) => r.invariantHolds), runs: results.length };
+}

@@ -1,0 +1,124 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { connect } from 'node:net';
+
+export interface ServerProcessOptions {
+  /** Shown in errors: 'redis-server on 127.0.0.1:6380'. */
+  name: string;
+  command: string;
+  args: string[];
+  /** The TCP port on 127.0.0.1 that accepts connections once the server is up. */
+  port: number;
+  env?: NodeJS.ProcessEnv;
+  cwd?: string;
+  /** Extra readiness check after the port accepts (e.g. a PING). Default: none. */
+  ready?: () => Promise<boolean>;
+  /** Default 30000. */
+  startTimeoutMs?: number;
+}
+
+const running = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of running) child.kill('SIGKILL');
+});
+
+/**
+ * A throwaway server started from its Debian package on a loopback port. Start fails loudly,
+ * with the server's own output, when the server cannot come up: suites never skip.
+ */
+export class ServerProcess {
+  private output = '';
+
+  private constructor(
+    readonly options: ServerProcessOptions,
+    private child: ChildProcess,
+  ) {
+    this.capture();
+  }
+
+  static async start(options: ServerProcessOptions): Promise<ServerProcess> {
+    const server = new ServerProcess(options, ServerProcess.spawn(options));
+    await server.waitUntilReady();
+    return server;
+  }
+
+  get pid(): number {
+    return this.child.pid!;
+  }
+
+  get port(): number {
+    return this.options.port;
+  }
+
+  /** Stops the server (SIGTERM, then SIGKILL after 5 s) and waits for it to exit. */
+  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    const exited = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
+    this.child.kill(signal);
+    const escalate = setTimeout(() => this.child.kill('SIGKILL'), 5_000);
+    await exited;
+    clearTimeout(escalate);
+  }
+
+  /** Starts the same server again, on the same port and data (after stop()). */
+  async restart(): Promise<void> {
+    await this.stop();
+    this.child = ServerProcess.spawn(this.options);
+    this.capture();
+    await this.waitUntilReady();
+  }
+
+  pause(): void {
+    this.child.kill('SIGSTOP');
+  }
+
+  resume(): void {
+    this.child.kill('SIGCONT');
+  }
+
+  private static spawn(options: ServerProcessOptions): ChildProcess {
+    const child = spawn(options.command, options.args, {
+      cwd: options.cwd,
+      env: options.env ?? process.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    running.add(child);
+    child.once('exit', () => running.delete(child));
+    return child;
+  }
+
+  private capture(): void {
+    const keep = (chunk: Buffer) => {
+      this.output = (this.output + chunk.toString()).slice(-4_000);
+    };
+    this.child.stdout?.on('data', keep);
+    this.child.stderr?.on('data', keep);
+  }
+
+  private async waitUntilReady(): Promise<void> {
+    const { name, port } = this.options;
+    const deadline = Date.now() + (this.options.startTimeoutMs ?? 30_000);
+    let spawnError: Error | undefined;
+    this.child.once('error', (error) => (spawnError = error));
+    while (Date.now() < deadline) {
+      if (spawnError) throw new Error(`${name} could not be started: ${spawnError.message}`);
+      if (this.child.exitCode !== null) {
+        throw new Error(`${name} exited with code ${this.child.exitCode} before it was ready. Its output:\n${this.output}`);
+      }
+      if ((await portAccepts(port)) && (!this.options.ready || (await this.options.ready().catch(() => false)))) return;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    this.child.kill('SIGKILL');
+    throw new Error(`${name} was not ready after ${this.options.startTimeoutMs ?? 30_000} ms. Its output:\n${this.output}`);
+  }
+}
+
+function portAccepts(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
