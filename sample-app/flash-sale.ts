@@ -1,0 +1,108 @@
+/**
+ * The flash sale: `npm start -- [--backend B] [--processes N] [--buyers N] [--stock N] [--no-lock] [--json]`.
+ * Seeds the stock, lets every buyer arrive at once (in this process, or spread over N buyer
+ * processes, each its own Nest app), and prints what happened: with the lock nothing is ever
+ * oversold; with --no-lock the same sale oversells.
+ */
+import 'reflect-metadata';
+import { fork } from 'node:child_process';
+import path from 'node:path';
+import { LockService } from '../lib';
+import { sampleBackend } from './backends';
+import type { Connection } from './backends/sample-backend';
+import { InventoryService } from './inventory/inventory.service';
+import { mergeResults, runBuyers, usersOf, type BuyerResults } from './flash-sale/buyers';
+import { demonstrateFencing, type FencingDemo } from './flash-sale/fencing-demo';
+import { startSaleApp } from './flash-sale/sale-app';
+import { parseSaleFlags, type SaleFlags } from './flash-sale/sale-flags';
+import type { WorkerMessage, WorkerTask } from './flash-sale/sale-protocol';
+import { printReport, type SaleReport } from './flash-sale/sale-report';
+
+async function main(): Promise<void> {
+  const flags = parseSaleFlags(process.argv.slice(2));
+  const backend = sampleBackend(flags.backend);
+  if (flags.processes > 1 && !backend.multiProcess) {
+    throw new Error(`--backend ${flags.backend} lives inside one process; use --backend redis, etcd or zookeeper with --processes.`);
+  }
+  const server = await backend.provision();
+  try {
+    const driver = await startSaleApp(backend, server.connection);
+    try {
+      await driver.store.seed(flags.sku, flags.stock);
+      const started = performance.now();
+      const results =
+        flags.processes === 1
+          ? await runBuyers(driver.app.get(InventoryService), flags.sku, usersOf(0, 1, flags.buyers), flags.lock)
+          : await runBuyerProcesses(flags, server.connection);
+      const makespanMs = performance.now() - started;
+      const final = await driver.store.read(flags.sku);
+      const fencing: FencingDemo = await demonstrateFencing(driver.app.get(LockService), driver.store, flags.sku);
+      printReport(toReport(flags, results, final, makespanMs, fencing), flags.json);
+    } finally {
+      await driver.close();
+    }
+  } finally {
+    await server.stop();
+  }
+}
+
+/** Forks the buyer processes, starts them together once all are ready, and gathers their results. */
+async function runBuyerProcesses(flags: SaleFlags, connection: Connection): Promise<BuyerResults> {
+  const workers = Array.from({ length: flags.processes }, (_, index) => {
+    const task: WorkerTask = {
+      backend: flags.backend,
+      connection,
+      sku: flags.sku,
+      users: usersOf(index, flags.processes, flags.buyers),
+      lock: flags.lock,
+    };
+    return fork(path.join(__dirname, 'flash-sale', 'sale-worker.js'), [], {
+      env: { ...process.env, SALE_WORKER_TASK: JSON.stringify(task) },
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+  });
+  const next = (worker: (typeof workers)[number], type: WorkerMessage['type']) =>
+    new Promise<WorkerMessage>((resolve, reject) => {
+      worker.on('message', (message: WorkerMessage) => message.type === type && resolve(message));
+      worker.once('exit', (code) => reject(new Error(`buyer process ${worker.pid} exited (code ${code}) before "${type}"`)));
+    });
+  try {
+    await Promise.all(workers.map((worker) => next(worker, 'ready')));
+    const done = workers.map((worker) => next(worker, 'done'));
+    for (const worker of workers) worker.send('go');
+    const messages = await Promise.all(done);
+    return mergeResults(messages.map((message) => (message as Extract<WorkerMessage, { type: 'done' }>).results));
+  } finally {
+    for (const worker of workers) if (worker.exitCode === null) worker.kill();
+  }
+}
+
+function toReport(
+  flags: SaleFlags,
+  results: BuyerResults,
+  final: { stock: number; lucky: number },
+  makespanMs: number,
+  fencing: FencingDemo,
+): SaleReport {
+  return {
+    backend: flags.backend,
+    processes: flags.processes,
+    lock: flags.lock,
+    buyers: flags.buyers,
+    initialStock: flags.stock,
+    stockLeft: final.stock,
+    lucky: final.lucky,
+    winners: results.winners,
+    oversold: Math.max(0, results.winners - flags.stock),
+    errors: results.errors,
+    makespanMs,
+    criticalSectionsPerSecond: (results.winners + results.losers) / (makespanMs / 1000),
+    waitsMs: results.waitsMs,
+    fencing,
+  };
+}
+
+main().catch((error) => {
+  console.error(error instanceof Error ? error.message : error);
+  process.exit(1);
+});

@@ -1,0 +1,100 @@
+import 'reflect-metadata';
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { describe, it } from 'node:test';
+import { Injectable, Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import {
+  DistributedLockError,
+  DistributedLockModule,
+  LockConfigError,
+  LockService,
+  WithLock,
+  type DistributedLockModuleOptions,
+} from '../../lib';
+import { loadPeer } from '../../lib/backends/load-peer';
+
+async function boot(lockModule: ReturnType<typeof DistributedLockModule.forRoot>) {
+  @Module({ imports: [lockModule] })
+  class AppModule {}
+  return NestFactory.createApplicationContext(AppModule, { logger: false, abortOnError: false });
+}
+
+describe('DistributedLockModule', () => {
+  it('forRoot() with no options runs on the embedded memory backend, globally', async () => {
+    const app = await boot(DistributedLockModule.forRoot());
+    try {
+      const locks = app.get(LockService);
+      const lock = await locks.acquire('a');
+      assert.equal(lock.fencingToken, 1n);
+      assert.equal(await locks.tryAcquire('a'), null);
+      await lock.release();
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('forRootAsync takes imports, inject and useFactory', async () => {
+    const SETTINGS = Symbol('SETTINGS');
+    @Module({ providers: [{ provide: SETTINGS, useValue: { prefix: 'svc-a:' } }], exports: [SETTINGS] })
+    class SettingsModule {}
+    const app = await boot(
+      DistributedLockModule.forRootAsync({
+        imports: [SettingsModule],
+        inject: [SETTINGS],
+        useFactory: (settings: { prefix: string }): DistributedLockModuleOptions => ({ keyPrefix: settings.prefix, ttlMs: 5_000 }),
+      }),
+    );
+    try {
+      await app.get(LockService).withLock('b', (lock) => assert.equal(lock.key, 'b'));
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('rejects bad options at startup with LockConfigError naming the option', async () => {
+    const cases: [DistributedLockModuleOptions, string][] = [
+      [{ ttlMs: 0 }, 'ttlMs'],
+      [{ ttlMs: -5 }, 'ttlMs'],
+      [{ ttlMs: Number.NaN }, 'ttlMs'],
+      [{ ttlMs: Infinity }, 'ttlMs'],
+      [{ ttlMs: 1_000, renewIntervalMs: 1_000 }, 'renewIntervalMs'],
+      [{ renewIntervalMs: 0 }, 'renewIntervalMs'],
+      [{ waitTimeoutMs: -1 }, 'waitTimeoutMs'],
+      [{ waitTimeoutMs: Number.NaN }, 'waitTimeoutMs'],
+      [{ onLockLost: 'explode' as never }, 'onLockLost'],
+      [{ renew: 'yes' as never }, 'renew'],
+      [{ keyPrefix: 'x'.repeat(200) }, 'keyPrefix'],
+      [{ backend: { type: 'mongodb' } as never }, 'backend.type'],
+    ];
+    for (const [options, option] of cases) {
+      await assert.rejects(
+        boot(DistributedLockModule.forRoot(options)),
+        (error: unknown) => error instanceof LockConfigError && error.option === option && error.message.includes(option),
+        `accepted ${JSON.stringify(options)}`,
+      );
+    }
+  });
+
+  it('tells a decorated method whose app never imported the module what to do', async () => {
+    @Injectable()
+    class Orphan {
+      @WithLock('x:<0>')
+      async run(_id: string) {
+        return 'ran';
+      }
+    }
+    await assert.rejects(new Orphan().run('1'), (error: unknown) => error instanceof DistributedLockError && /DistributedLockModule\.forRoot\(\)/.test(error.message));
+  });
+
+  it('names the package to install when a backend client is missing', () => {
+    assert.throws(() => loadPeer('not-an-installed-package', 'redis'), /npm install not-an-installed-package/);
+  });
+
+  it('is the package entry point once built: require(<project root>) returns the public API', () => {
+    const api = require(path.resolve(__dirname, '..', '..', '..'));
+    for (const name of ['DistributedLockModule', 'LockService', 'WithLock', 'LockHandle', 'LockKeyError', 'LockTimeoutError', 'LockLostError', 'LockBackendError', 'DistributedLockError', 'currentLock']) {
+      assert.ok(api[name], `missing export ${name}`);
+    }
+  });
+});
