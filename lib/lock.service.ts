@@ -98,9 +98,15 @@ export class LockService implements OnApplicationShutdown {
     return lockContext.getStore()?.find(this.backendKey(name));
   }
 
+  /**
+   * Locks still held at shutdown are reported lost (their critical sections may still be running)
+   * and released at the server, so other processes need not wait for the leases to run out.
+   */
   async onApplicationShutdown(): Promise<void> {
-    for (const lease of this.leases) lease.markLost('backend-closed');
+    const held = [...this.leases];
     this.leases.clear();
+    for (const lease of held) lease.markLost('backend-closed');
+    await Promise.all(held.map((lease) => this.backend.release(lease.grant).catch(() => undefined)));
     if (LockService.active === this) LockService.active = undefined;
     await this.backend.close();
   }

@@ -258,6 +258,23 @@ export function runLockContract(options: ContractOptions): void {
       assert.equal(result, 'done');
     });
 
+    it('on shutdown fires the held locks\' signals and releases them for other clients', async () => {
+      const key = newKey();
+      const closing = lockServiceOver(await target.newClient());
+      const other = await client();
+      const lock = await closing.acquire(key);
+      const started = Date.now();
+      const waiter = other.acquire(key, { waitTimeoutMs: 10_000 });
+      await sleep(arrivalGapMs);
+      await closing.onApplicationShutdown();
+      assert.equal(lock.signal.aborted, true);
+      assert.equal((lock.signal.reason as LockLostError).reason, 'backend-closed');
+      const next = await waiter;
+      // The lease is 30 s: getting the lock this soon means shutdown released it.
+      assert.ok(Date.now() - started < 5_000, `the waiter got the lock only after ${Date.now() - started} ms`);
+      await next.release();
+    });
+
     it('rejects bad names with LockKeyError before any backend call', async () => {
       const { backend, calls } = countingBackend(await target.newClient());
       const service = await client(backend);
