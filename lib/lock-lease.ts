@@ -41,6 +41,7 @@ export class LockLease {
     this.armExpiry();
     if (autoRenew) this.scheduleRenewal(this.interval());
     grant.lost.addEventListener('abort', this.onBackendLost, { once: true });
+    if (grant.lost.aborted) this.onBackendLost();
   }
 
   get signal(): AbortSignal {

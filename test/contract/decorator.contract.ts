@@ -2,7 +2,7 @@ import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { setImmediate as tick } from 'node:timers/promises';
 import { afterEach, describe, it } from 'node:test';
-import { Body, Controller, Get, Injectable, Module, Param, Post, type INestApplication } from '@nestjs/common';
+import { Body, Controller, Get, Injectable, Module, Param, Post, SetMetadata, type INestApplication } from '@nestjs/common';
 import { PATH_METADATA, METHOD_METADATA } from '@nestjs/common/constants';
 import { NestFactory } from '@nestjs/core';
 import { DistributedLockModule, LockKeyError, WithLock, currentLock, type LockBackend } from '../../lib';
@@ -22,6 +22,19 @@ class OrderService {
     const token = currentLock()!.fencingToken;
     this.intervals.push({ start, end: process.hrtime.bigint(), fencingToken: token, holder: `place ${this.ran}` });
     return this.confirm(order);
+  }
+
+  /** Method metadata as @Cron, @MessagePattern or @SubscribeMessage set it, in both orders. */
+  @SetMetadata('job', 'nightly')
+  @WithLock('report')
+  async nightlyReport(): Promise<string> {
+    return 'report';
+  }
+
+  @WithLock('report')
+  @SetMetadata('job', 'hourly')
+  async hourlyReport(): Promise<string> {
+    return 'report';
   }
 
   /** Same key, entered again from inside place(): re-entrant, so no deadlock. */
@@ -73,7 +86,7 @@ export function runDecoratorContract(newClient: () => Promise<LockBackend>): voi
       return { url: (await app.getUrl()).replace('[::1]', '127.0.0.1'), orders: app.get(OrderService) };
     }
 
-    it('keeps route metadata and the method name in either decorator order', async () => {
+    it('keeps route and job metadata and the method name in either decorator order', async () => {
       const { url } = await start();
       for (const name of ['lockAppliedFirst', 'routeAppliedFirst'] as const) {
         const method = StockController.prototype[name];
@@ -81,6 +94,8 @@ export function runDecoratorContract(newClient: () => Promise<LockBackend>): voi
         assert.equal(Reflect.getMetadata(PATH_METADATA, method), ':sku');
         assert.notEqual(Reflect.getMetadata(METHOD_METADATA, method), undefined);
       }
+      assert.equal(Reflect.getMetadata('job', OrderService.prototype.nightlyReport), 'nightly');
+      assert.equal(Reflect.getMetadata('job', OrderService.prototype.hourlyReport), 'hourly');
       const got = await fetch(`${url}/stock/apple`);
       assert.equal(got.status, 200);
       assert.equal(((await got.json()) as { sku: string }).sku, 'apple');

@@ -15,9 +15,9 @@ export class MemoryLockBackend implements LockBackend {
 
   constructor(private readonly store = new MemoryLockStore()) {}
 
-  acquire({ key, owner, ttlMs, signal }: AcquireRequest): Promise<LockGrant> {
+  async acquire({ key, owner, ttlMs, signal }: AcquireRequest): Promise<LockGrant> {
     this.assertOpen();
-    if (signal.aborted) return Promise.reject(signal.reason);
+    if (signal.aborted) throw signal.reason;
     return new Promise<LockGrant>((resolve, reject) => {
       const entry = {
         waiter: {
