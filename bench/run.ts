@@ -8,7 +8,9 @@ import 'reflect-metadata';
 type Section = { name: string; run: () => Promise<void> };
 
 /** Backends add their section here. */
-const SECTIONS: Section[] = [];
+const SECTIONS: Section[] = [
+  { name: 'memory', run: () => import('./memory.bench').then((m) => m.run()) },
+];
 
 async function main(): Promise<void> {
   const wanted = process.argv.slice(2);

@@ -1,0 +1,15 @@
+import { MemoryLockBackend, MemoryLockStore } from '../lib';
+import { lockServiceOver } from '../test/support/lock-service-factory';
+import { flashSale, medianFlashSale, uncontendedCycles, type LockRunner } from './workloads';
+import { printFlashSale } from './report';
+
+/** The embedded backend: no network, so this is the library's own overhead per cycle and handoff. */
+export async function run(): Promise<void> {
+  const store = new MemoryLockStore();
+  const services = Array.from({ length: 4 }, () => lockServiceOver(new MemoryLockBackend(store)));
+  const runners: LockRunner[] = services.map((service) => (name, section) => service.withLock(name, section, { waitTimeoutMs: 60_000 }));
+  const cycles = await uncontendedCycles(runners[0], 7, 5_000);
+  console.log(`uncontended acquire+release: ${Math.round(cycles.cyclesPerSecond)} cycles/s (median of 7 rounds)`);
+  printFlashSale('this library (memory)', await medianFlashSale(5, () => flashSale(runners, 50, 150)));
+  await Promise.all(services.map((service) => service.onApplicationShutdown()));
+}
