@@ -10,6 +10,9 @@ type Section = { name: string; run: () => Promise<void> };
 /** Backends add their section here. */
 const SECTIONS: Section[] = [
   { name: 'memory', run: () => import('./memory.bench').then((m) => m.run()) },
+  { name: 'redis', run: () => import('./redis.bench').then((m) => m.run()) },
+  { name: 'etcd', run: () => import('./etcd.bench').then((m) => m.run()) },
+  { name: 'zookeeper', run: () => import('./zookeeper.bench').then((m) => m.run()) },
 ];
 
 async function main(): Promise<void> {

@@ -28,3 +28,6 @@ export {
 export type { AcquireRequest, LockBackend, LockGrant } from './backends/lock-backend.interface';
 export { MemoryLockBackend } from './backends/memory/memory.backend';
 export { MemoryLockStore } from './backends/memory/memory-lock-store';
+export type { RedisBackendOptions, RedisClientLike } from './backends/redis/redis-options';
+export type { ZooKeeperAclEntry, ZooKeeperBackendOptions, ZooKeeperPermission } from './backends/zookeeper/zookeeper-options';
+export type { EtcdBackendOptions, Etcd3ClientLike } from './backends/etcd/etcd-options';

@@ -121,7 +121,8 @@ export class LockLease {
 
   private armExpiry(): void {
     clearTimeout(this.expiryTimer);
-    this.expiryTimer = setTimeout(() => this.checkDeadline(), Math.max(0, this.deadline - performance.now()));
+    // Timers can fire a little early (libuv's cached loop time): re-arm until the deadline is due.
+    this.expiryTimer = setTimeout(() => this.isActive && this.armExpiry(), Math.max(0, this.deadline - performance.now()));
     this.expiryTimer.unref();
   }
 

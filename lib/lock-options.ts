@@ -1,5 +1,8 @@
 import { LockConfigError } from './errors';
 import type { LockBackend } from './backends/lock-backend.interface';
+import type { ZooKeeperBackendOptions } from './backends/zookeeper/zookeeper-options';
+import type { RedisBackendOptions } from './backends/redis/redis-options';
+import type { EtcdBackendOptions } from './backends/etcd/etcd-options';
 
 /** What to do when a decorated method or `withLock` callback finishes after its lock was lost. */
 export type OnLockLost = 'throw' | 'ignore';
@@ -35,7 +38,7 @@ export interface CustomBackendOptions {
 }
 
 /** Every backend the module can build; the backend issues add theirs here. */
-export type BackendOptions = MemoryBackendOptions | CustomBackendOptions;
+export type BackendOptions = MemoryBackendOptions | CustomBackendOptions | RedisBackendOptions | ZooKeeperBackendOptions | EtcdBackendOptions;
 
 export interface DistributedLockModuleOptions extends LockOptions {
   /** Default `{ type: 'memory' }`: the embedded in-process backend. */
@@ -60,7 +63,7 @@ export interface ResolvedModuleOptions extends ResolvedLockOptions {
 export const DEFAULT_TTL_MS = 30_000;
 export const DEFAULT_WAIT_TIMEOUT_MS = 10_000;
 export const DEFAULT_KEY_PREFIX = 'lock:';
-const KNOWN_BACKENDS = ['memory', 'custom'];
+const KNOWN_BACKENDS = ['memory', 'custom', 'redis', 'zookeeper', 'etcd'];
 
 /** Validates the module options at startup, so a typo fails the boot, not the first request. */
 export function resolveModuleOptions(options: DistributedLockModuleOptions = {}): ResolvedModuleOptions {

@@ -5,7 +5,11 @@ const { execFileSync, execSync } = require('node:child_process');
 const { existsSync } = require('node:fs');
 
 /** package -> how to tell it is installed. Backends add their server here. */
-const SERVERS = [];
+const SERVERS = [
+  { package: 'zookeeper', installed: () => existsSync('/usr/share/java/zookeeper.jar') && onPath('java') },
+  { package: 'redis-server', installed: () => onPath('redis-server') },
+  { package: 'etcd-server', installed: () => onPath('etcd') },
+];
 
 function ensureTestServers() {
   const missing = SERVERS.filter((server) => !server.installed());

@@ -12,5 +12,11 @@ export async function createBackend(options: BackendOptions): Promise<LockBacken
       return new MemoryLockBackend();
     case 'custom':
       return options.backend;
+    case 'etcd':
+      return (await import('./etcd/etcd.backend')).createEtcdBackend(options);
+    case 'redis':
+      return (await import('./redis/redis.backend')).createRedisBackend(options);
+    case 'zookeeper':
+      return (await import('./zookeeper/create-zookeeper-backend')).createZooKeeperBackend(options);
   }
 }

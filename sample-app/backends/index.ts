@@ -1,9 +1,15 @@
+import { etcdSampleBackend } from './etcd.sample-backend';
 import { memorySampleBackend } from './memory.sample-backend';
+import { redisSampleBackend } from './redis.sample-backend';
 import type { SampleBackend } from './sample-backend';
+import { zookeeperSampleBackend } from './zookeeper.sample-backend';
 
 /** The backends the sample app can run on (`--backend NAME`). Backends add themselves here. */
 export const SAMPLE_BACKENDS: Record<string, SampleBackend> = {
   memory: memorySampleBackend,
+  etcd: etcdSampleBackend,
+  redis: redisSampleBackend,
+  zookeeper: zookeeperSampleBackend,
 };
 
 export function sampleBackend(name: string): SampleBackend {

@@ -1,0 +1,28 @@
+/**
+ * The etcd keys of one lock name: every contender (holder and waiters) puts
+ * `<escaped name>/<session lease id, hex>/<owner>` with its session lease; the holder is the key
+ * with the lowest create revision under `<escaped name>/`.
+ *
+ * The name is escaped ('%' -> '%25', '/' -> '%2F') so that it never contains '/': otherwise the
+ * range of lock "a" (`a/`) would also cover the contenders of lock "a/b" (`a/b/...`).
+ * The owner is part of the key because one process (one session lease) may have several
+ * acquisitions of one name in flight, from different async call chains.
+ */
+export interface LockKeys {
+  /** The contender range: every key starting with `<escaped name>/`. */
+  readonly start: Buffer;
+  readonly end: Buffer;
+  /** This acquisition's own key. */
+  readonly own: Buffer;
+}
+
+export function lockKeys(name: string, leaseId: string, owner: string): LockKeys {
+  const prefix = `${name.replace(/[%/]/g, (c) => (c === '%' ? '%25' : '%2F'))}/`;
+  const start = Buffer.from(prefix);
+  return {
+    start,
+    // The prefix ends in '/', so bumping that last byte gives the first key past the range.
+    end: Buffer.concat([start.subarray(0, -1), Buffer.from([start[start.length - 1] + 1])]),
+    own: Buffer.from(`${prefix}${BigInt(leaseId).toString(16)}/${owner}`),
+  };
+}

@@ -1,0 +1,94 @@
+import type { IKeyValue, ITxnRequest, ITxnResponse } from 'etcd3';
+import type { LockKeys } from './etcd-keys';
+
+/**
+ * The transactions of the lock recipe, each one round trip. Revisions travel as decimal strings
+ * (etcd's int64), and are compared as bigints here.
+ */
+
+const EMPTY = Buffer.alloc(0);
+
+/**
+ * Queue up: if our own key does not exist yet, put it with the session lease, and in the same
+ * transaction read the two newest keys: ours, and the one just before it, if any. None before
+ * ours means we hold the lock; otherwise that key is the one we watch. (A range sorted by create
+ * revision makes etcd read the whole prefix, so the transaction has only this one.) A retried
+ * transaction that finds our key already there (the first try did commit) reads it back instead.
+ */
+export function enqueueTxn(keys: LockKeys, leaseId: string): ITxnRequest {
+  return {
+    compare: [{ key: keys.own, target: 'Create', result: 'Equal', create_revision: 0 }],
+    success: [
+      { request_put: { key: keys.own, value: EMPTY, lease: leaseId } },
+      { request_range: { key: keys.start, range_end: keys.end, sort_target: 'Create', sort_order: 'Descend', limit: 2, keys_only: true } },
+    ],
+    failure: [{ request_range: { key: keys.own, keys_only: true } }],
+  };
+}
+
+/** Try-lock: put our key only if there is no key at all under the lock's prefix. */
+export function tryTakeTxn(keys: LockKeys, leaseId: string): ITxnRequest {
+  return {
+    compare: [{ key: keys.start, range_end: keys.end, target: 'Create', result: 'Equal', create_revision: 0 }],
+    success: [{ request_put: { key: keys.own, value: EMPTY, lease: leaseId } }],
+    failure: [],
+  };
+}
+
+/**
+ * After a wake-up: is our key still there (same create revision), and which key, if any, is
+ * now just before it? None means we hold the lock. A read-only transaction: no raft write.
+ */
+export function recheckTxn(keys: LockKeys, revision: bigint): ITxnRequest {
+  return {
+    compare: [{ key: keys.own, target: 'Create', result: 'Equal', create_revision: revision.toString() }],
+    success: [
+      {
+        request_range: {
+          key: keys.start,
+          range_end: keys.end,
+          max_create_revision: (revision - 1n).toString(),
+          sort_target: 'Create',
+          sort_order: 'Descend',
+          limit: 1,
+          keys_only: true,
+        },
+      },
+    ],
+    failure: [],
+  };
+}
+
+/**
+ * Release or leave the queue: delete our key only if it is still the one we created, so a
+ * retried or late delete never removes a newer key (etcd issue 22082), and read who holds the
+ * lock now (the lowest key left): when that is a waiter of this process, it is granted at once.
+ * With no revision (the enqueue failed in flight and we never learnt it) the key is deleted as
+ * is: its name holds this acquisition's unique owner id, so no other acquisition can own it.
+ */
+export function deleteOwnTxn(keys: LockKeys, revision: bigint | undefined): ITxnRequest {
+  return {
+    compare: revision === undefined ? [] : [{ key: keys.own, target: 'Create', result: 'Equal', create_revision: revision.toString() }],
+    success: [
+      { request_delete_range: { key: keys.own } },
+      { request_range: { key: keys.start, range_end: keys.end, sort_target: 'Create', sort_order: 'Ascend', limit: 1, keys_only: true } },
+    ],
+    failure: [],
+  };
+}
+
+/** Does this key still exist, as the same key (same create revision)? A read-only transaction. */
+export function keyStillTxn(kv: IKeyValue): ITxnRequest {
+  return { compare: [{ key: kv.key, target: 'Create', result: 'Equal', create_revision: kv.create_revision }], success: [], failure: [] };
+}
+
+/** Renewal check: our key with the create revision we were granted. */
+export function ownKeyTxn(keys: LockKeys, revision: bigint): ITxnRequest {
+  return { compare: [{ key: keys.own, target: 'Create', result: 'Equal', create_revision: revision.toString() }], success: [], failure: [] };
+}
+
+export function rangeKvs(response: ITxnResponse, index: number): IKeyValue[] {
+  return response.responses[index]?.response_range?.kvs ?? [];
+}
+
+export const createRevision = (kv: IKeyValue) => BigInt(kv.create_revision);

@@ -1,0 +1,63 @@
+/** A waiter of this process whose predecessor is a key of this process too. */
+export interface LocalFollower {
+  predecessorGone(): void;
+}
+
+/**
+ * When the key just before a waiter's belongs to the same session (this process), the waiter
+ * needs no watch: every deletion of that key is made (or learnt) here, and tells the waiter
+ * directly. This saves a watch and a check per waiter of a busy process.
+ *
+ * A waiter learns its predecessor from a read that may answer after the predecessor's deletion
+ * was already reported here; deletions are therefore remembered for `rememberMs` (longer than a
+ * call's deadline, so any read that saw the key answered within it), and a waiter that follows
+ * a key deleted meanwhile is told to look again at once.
+ */
+export class LocalFollowers {
+  private readonly followers = new Map<string, LocalFollower>();
+  /** Keys deleted recently, oldest first, with when. */
+  private readonly deleted = new Map<string, number>();
+
+  constructor(private readonly rememberMs: number) {}
+
+  /** False when the key is already gone: the follower must look again now. */
+  follow(key: Buffer, follower: LocalFollower): boolean {
+    const id = key.toString('latin1');
+    if (this.deleted.has(id)) return false;
+    this.followers.set(id, follower);
+    return true;
+  }
+
+  unfollow(key: Buffer, follower: LocalFollower): void {
+    const id = key.toString('latin1');
+    if (this.followers.get(id) === follower) this.followers.delete(id);
+  }
+
+  /**
+   * The key is gone (deleted here, or found missing): wake its follower. `mayBeFollowed`: some
+   * acquisition of this process is in flight and may yet read the key; with none, a later read
+   * cannot see it, and there is nothing to remember.
+   */
+  gone(key: Buffer, mayBeFollowed: boolean): void {
+    const id = key.toString('latin1');
+    const follower = this.followers.get(id);
+    this.followers.delete(id);
+    if (mayBeFollowed) this.remember(id);
+    follower?.predecessorGone();
+  }
+
+  private remember(id: string): void {
+    const now = performance.now();
+    for (const [old, at] of this.deleted) {
+      if (now - at < this.rememberMs) break;
+      this.deleted.delete(old);
+    }
+    this.deleted.delete(id);
+    this.deleted.set(id, now);
+  }
+
+  clear(): void {
+    this.followers.clear();
+    this.deleted.clear();
+  }
+}

@@ -1,0 +1,32 @@
+/**
+ * The Redis keys of one lock name. All of them start with the same `{tag}`, so they hash to one
+ * Cluster slot and every script can touch them all. The tag is the name with `%`, `{` and `}`
+ * percent-encoded: Redis takes the text between the first `{` and the next `}` as the tag, so a
+ * raw `}` in a name would cut the tag short (or leave `{}`, which Cluster ignores), while the
+ * encoding is reversible, so two names never share keys.
+ */
+export interface LockKeys {
+  /** `<fence> <owner>` of the current holder, with the lease as its PX expiry. */
+  readonly owner: string;
+  /** INCR counter of grants: the fencing token. Never expires, so it never goes back. */
+  readonly fence: string;
+  /** FIFO list of waiting owner ids (ids whose entry left `waiters` are skipped when popped). */
+  readonly queue: string;
+  /** Hash: waiting owner id -> `<ttlMs> <clientId>`. */
+  readonly waiters: string;
+  /** Hash: client id -> Redis time (ms) after which its waiters count as dead. */
+  readonly alive: string;
+}
+
+export function lockKeys(key: string): LockKeys {
+  const tag = `{${key.replace(/[%{}]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)}}`;
+  return {
+    owner: `${tag}:owner`,
+    fence: `${tag}:fence`,
+    queue: `${tag}:queue`,
+    waiters: `${tag}:waiters`,
+    alive: `${tag}:alive`,
+  };
+}
+
+export const keyList = (keys: LockKeys): string[] => [keys.owner, keys.fence, keys.queue, keys.waiters, keys.alive];

@@ -1,0 +1,169 @@
+import { RedisScript } from './redis-script';
+
+/*
+ * The lock as Lua, one script per operation, so each is one round trip and atomic.
+ * KEYS (see redis-keys.ts): 1 owner, 2 fence, 3 queue, 4 waiters, 5 alive.
+ * Redis time (TIME) decides whether a waiter is alive, so client clocks never matter. Scripts
+ * write after TIME, which Redis allows since 5.0 (effects replication; the default from 5.0).
+ */
+const COMMON = `
+local function now_ms()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function split(value)
+  local space = string.find(value, ' ', 1, true)
+  return string.sub(value, 1, space - 1), string.sub(value, space + 1)
+end
+
+local function grant(owner, ttl)
+  local fence = string.format('%d', redis.call('incr', KEYS[2]))
+  redis.call('set', KEYS[1], fence .. ' ' .. owner, 'px', ttl)
+  return fence
+end
+
+-- Makes the next live waiter the owner and tells its process on its channel; frees the key
+-- only when no live waiter is left. Entries of waiters that gave up (no longer in the waiters
+-- hash) and of dead processes (alive deadline passed) are skipped, never waited for.
+local function hand_off(channel_prefix, raw_key)
+  local now
+  while true do
+    local owner = redis.call('lpop', KEYS[3])
+    if not owner then
+      redis.call('del', KEYS[1])
+      return
+    end
+    local entry = redis.call('hget', KEYS[4], owner)
+    if entry then
+      redis.call('hdel', KEYS[4], owner)
+      local ttl, client = split(entry)
+      now = now or now_ms()
+      local alive_until = tonumber(redis.call('hget', KEYS[5], client))
+      if alive_until and alive_until >= now then
+        local fence = grant(owner, ttl)
+        redis.call('publish', channel_prefix .. client, cjson.encode({fence, raw_key, owner}))
+        return
+      end
+    end
+  end
+end
+
+-- A holder whose lease ran out leaves the key to the queue, not to whoever asks next.
+local function hand_off_if_expired(channel_prefix, raw_key)
+  if redis.call('exists', KEYS[1]) == 0 and redis.call('llen', KEYS[3]) > 0 then
+    hand_off(channel_prefix, raw_key)
+  end
+end
+
+local function keep_for(key, ms)
+  if redis.call('pttl', key) < ms then redis.call('pexpire', key, ms) end
+end
+
+-- The queue's keys outlive their last live waiter by a little, then vanish on their own.
+local function mark_alive(client, stale_after_ms)
+  redis.call('hset', KEYS[5], client, now_ms() + stale_after_ms)
+  keep_for(KEYS[3], stale_after_ms * 2)
+  keep_for(KEYS[4], stale_after_ms * 2)
+  keep_for(KEYS[5], stale_after_ms * 2)
+end
+
+local function enqueue(owner, ttl, client)
+  redis.call('rpush', KEYS[3], owner)
+  redis.call('hset', KEYS[4], owner, ttl .. ' ' .. client)
+end
+`;
+
+/**
+ * ARGV: owner, ttlMs, clientId, staleAfterMs, channelPrefix, rawKey, mayQueue ('1' | '0').
+ * Reply: {1, fence} granted; {0, ownerPttlMs} held by another (queued when mayQueue).
+ */
+export const acquireScript = new RedisScript<[1, string] | [0, number]>(
+  'acquire',
+  `${COMMON}
+hand_off_if_expired(ARGV[5], ARGV[6])
+if redis.call('exists', KEYS[1]) == 0 then
+  return {1, grant(ARGV[1], ARGV[2])}
+end
+if ARGV[7] == '1' then
+  enqueue(ARGV[1], ARGV[2], ARGV[3])
+  mark_alive(ARGV[3], tonumber(ARGV[4]))
+end
+return {0, redis.call('pttl', KEYS[1])}
+`,
+);
+
+/** ARGV: '<fence> <owner>', channelPrefix, rawKey. Reply: 1 released (and handed on), 0 not ours. */
+export const releaseScript = new RedisScript<0 | 1>(
+  'release',
+  `${COMMON}
+if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+hand_off(ARGV[2], ARGV[3])
+return 1
+`,
+);
+
+/** KEYS: owner only. ARGV: '<fence> <owner>', ttlMs. Reply: 1 extended, 0 not ours. */
+export const renewScript = new RedisScript<0 | 1>(
+  'renew',
+  `if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('pexpire', KEYS[1], ARGV[2])
+return 1
+`,
+);
+
+/**
+ * A waiter gave up: leave the queue, and if a grant raced with the decision, hand it on at once.
+ * ARGV: owner, channelPrefix, rawKey. Reply: 1 when it had been granted (and is now handed on).
+ */
+export const cancelScript = new RedisScript<0 | 1>(
+  'cancel',
+  `${COMMON}
+redis.call('hdel', KEYS[4], ARGV[1])
+local value = redis.call('get', KEYS[1])
+if value then
+  local _, owner = split(value)
+  if owner == ARGV[1] then
+    hand_off(ARGV[2], ARGV[3])
+    return 1
+  end
+end
+return 0
+`,
+);
+
+/**
+ * The safety net, run now and then per waiting key per process (never per handoff): keeps this
+ * process's waiters alive, hands an expired lease to the queue, finds grants whose message was
+ * lost, and puts back waiters whose entries vanished (a server restart without persistence).
+ * ARGV: clientId, staleAfterMs, channelPrefix, rawKey, then owner, ttlMs pairs in local FIFO order.
+ * Reply: {ownerPttlMs, owner, fence, owner, fence, ...} for the local waiters that own the lock.
+ */
+export const checkScript = new RedisScript<[number, ...string[]]>(
+  'check',
+  `${COMMON}
+mark_alive(ARGV[1], tonumber(ARGV[2]))
+hand_off_if_expired(ARGV[3], ARGV[4])
+local holder, holder_fence
+local value = redis.call('get', KEYS[1])
+if value then holder_fence, holder = split(value) end
+local reply = {0}
+for i = 5, #ARGV, 2 do
+  local owner, ttl = ARGV[i], ARGV[i + 1]
+  if owner == holder then
+    reply[#reply + 1] = owner
+    reply[#reply + 1] = holder_fence
+  elseif redis.call('hexists', KEYS[4], owner) == 0 then
+    if holder then
+      enqueue(owner, ttl, ARGV[1])
+    else
+      holder, holder_fence = owner, grant(owner, ttl)
+      reply[#reply + 1] = owner
+      reply[#reply + 1] = holder_fence
+    end
+  end
+end
+reply[1] = redis.call('pttl', KEYS[1])
+return reply
+`,
+);

@@ -1,0 +1,242 @@
+import { Logger } from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
+import { DistributedLockError } from '../../errors';
+import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
+import { openConnections, type RedisConnections } from './redis-connection';
+import { keyList, lockKeys } from './redis-keys';
+import { acquireScript, cancelScript, checkScript, releaseScript, renewScript } from './redis-lock-scripts';
+import { validateRedisOptions, type RedisBackendOptions } from './redis-options';
+
+/** Grants are published on `<prefix><clientId>`; an ACL user needs `&nest-distributed-lock:*`. */
+export const GRANT_CHANNEL_PREFIX = 'nest-distributed-lock:';
+/** How long after a lease ends a waiter's safety check runs: timer lateness, not a poll. */
+export const EXPIRY_CHECK_MARGIN_MS = 25;
+
+/** The safety check's period for a key: a third of the shortest waiting ttl, within [50 ms, 10 s]. */
+export const checkIntervalMs = (ttlMs: number) => Math.min(Math.max(ttlMs / 3, 50), 10_000);
+/** A process whose checks stopped this long ago is dead to the queue: its waiters are skipped. */
+export const staleAfterMs = (intervalMs: number) => Math.round(intervalMs * 3 + 1_000);
+
+const logger = new Logger('DistributedLock');
+
+interface Waiter {
+  readonly key: string;
+  readonly owner: string;
+  readonly ttlMs: number;
+  settle(grant: LockGrant | undefined, error?: unknown): void;
+}
+
+/** This process's waiters on one key, and the timer of their shared safety check. */
+interface KeyWatch {
+  readonly waiters: Map<string, Waiter>;
+  timer?: NodeJS.Timeout;
+}
+
+/**
+ * Redis (single node, Sentinel or Cluster): a FIFO queue per lock name with direct handoff.
+ * The release script makes the next waiter the owner and publishes the grant on that waiter's
+ * process channel, so a waiter owns the lock when the message arrives. See docs/redis.md.
+ */
+export class RedisLockBackend implements LockBackend {
+  readonly name = 'redis';
+  /** Names are percent-encoded into the hash tag (up to 3x); Redis takes far longer keys. */
+  readonly maxKeyBytes = 1024;
+  private readonly clientId = randomUUID();
+  private readonly channel = GRANT_CHANNEL_PREFIX + this.clientId;
+  private readonly waiting = new Map<string, Waiter>();
+  private readonly watches = new Map<string, KeyWatch>();
+  private readonly held = new Map<string, { grant: LockGrant; lost: AbortController }>();
+  private connections!: RedisConnections;
+  private closed = false;
+
+  /** Validates, connects and subscribes; use createRedisBackend(). */
+  static async open(options: RedisBackendOptions): Promise<RedisLockBackend> {
+    validateRedisOptions(options);
+    const backend = new RedisLockBackend();
+    backend.connections = await openConnections(options, backend.channel);
+    backend.listen();
+    return backend;
+  }
+
+  private constructor() {}
+
+  async acquire({ key, owner, ttlMs, signal }: AcquireRequest): Promise<LockGrant> {
+    this.assertOpen();
+    if (signal.aborted) throw signal.reason;
+    const ttl = Math.ceil(ttlMs);
+    return new Promise<LockGrant>((resolve, reject) => {
+      const onAbort = () => {
+        waiter.settle(undefined, signal.reason);
+        this.cancelAtServer(key, owner);
+      };
+      const waiter: Waiter = {
+        key,
+        owner,
+        ttlMs: ttl,
+        settle: (grant, error) => {
+          if (!this.waiting.delete(owner)) return;
+          this.unwatch(key, owner);
+          signal.removeEventListener('abort', onAbort);
+          if (grant) resolve(grant);
+          else reject(error);
+        },
+      };
+      // Registered before the script runs: the grant message can overtake the script's reply.
+      this.waiting.set(owner, waiter);
+      this.watch(waiter);
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.runAcquire(key, owner, ttl, true).then(
+        (reply) => (reply[0] === 1 ? this.deliver(key, owner, reply[1]) : this.scheduleCheck(key, reply[1])),
+        (error) => waiter.settle(undefined, error),
+      );
+    });
+  }
+
+  async tryAcquire({ key, owner, ttlMs }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+    this.assertOpen();
+    const reply = await this.runAcquire(key, owner, Math.ceil(ttlMs), false);
+    return reply[0] === 1 ? this.grantOf(key, owner, reply[1]) : null;
+  }
+
+  async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
+    if (this.closed) return false;
+    const renewed = await renewScript.run(this.connections.client, [lockKeys(grant.key).owner], [ownerValue(grant), Math.ceil(ttlMs)]);
+    return renewed === 1;
+  }
+
+  async release(grant: LockGrant): Promise<void> {
+    this.held.delete(grant.owner);
+    await releaseScript.run(this.connections.client, keyList(lockKeys(grant.key)), [ownerValue(grant), GRANT_CHANNEL_PREFIX, grant.key]);
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    const closedError = new DistributedLockError('The redis lock backend was closed while waiting.');
+    const pending: Promise<unknown>[] = [];
+    for (const waiter of [...this.waiting.values()]) {
+      waiter.settle(undefined, closedError);
+      pending.push(this.cancelAtServer(waiter.key, waiter.owner));
+    }
+    for (const { grant, lost } of [...this.held.values()]) {
+      lost.abort(new DistributedLockError(`The redis lock backend was closed while "${grant.key}" was held.`));
+      pending.push(this.release(grant).catch(() => undefined));
+    }
+    // Best effort: with the server unreachable the leases and queue entries expire on their own.
+    await Promise.race([Promise.all(pending), new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
+    this.connections.subscriber.disconnect();
+    if (this.connections.ownsClient) this.connections.client.disconnect();
+  }
+
+  private runAcquire(key: string, owner: string, ttlMs: number, mayQueue: boolean) {
+    const keys = lockKeys(key);
+    const args = [owner, ttlMs, this.clientId, this.staleAfter(key, ttlMs), GRANT_CHANNEL_PREFIX, key, mayQueue ? '1' : '0'];
+    return acquireScript.run(this.connections.client, keyList(keys), args);
+  }
+
+  private listen(): void {
+    const { subscriber } = this.connections;
+    subscriber.on('message', (channel: string, message: string) => {
+      if (channel !== this.channel) return;
+      const [fence, key, owner] = JSON.parse(message) as [string, string, string];
+      this.deliver(key, owner, fence);
+    });
+    // Grants published while the subscriber was reconnecting are lost: check every waiting key now.
+    let connectedOnce = false;
+    subscriber.on('ready', () => {
+      if (connectedOnce) for (const key of this.watches.keys()) this.scheduleCheck(key, -1, 0);
+      connectedOnce = true;
+    });
+  }
+
+  /** A grant for `owner`: to its waiter if it still waits, else (it gave up) handed on at once. */
+  private deliver(key: string, owner: string, fence: string): void {
+    const waiter = this.waiting.get(owner);
+    if (waiter) return waiter.settle(this.grantOf(key, owner, fence));
+    if (this.held.has(owner)) return; // the same grant seen twice (message and safety check)
+    releaseScript
+      .run(this.connections.client, keyList(lockKeys(key)), [`${fence} ${owner}`, GRANT_CHANNEL_PREFIX, key])
+      .catch((error) => logger.warn(`Handing on an unwanted grant of "${key}" failed; it expires with its lease: ${error.message}`));
+  }
+
+  private cancelAtServer(key: string, owner: string): Promise<unknown> {
+    return cancelScript
+      .run(this.connections.client, keyList(lockKeys(key)), [owner, GRANT_CHANNEL_PREFIX, key])
+      .catch((error) => logger.warn(`Leaving the queue of "${key}" failed; the entry goes stale on its own: ${error.message}`));
+  }
+
+  private watch(waiter: Waiter): void {
+    let watch = this.watches.get(waiter.key);
+    if (!watch) this.watches.set(waiter.key, (watch = { waiters: new Map() }));
+    watch.waiters.set(waiter.owner, waiter);
+  }
+
+  private unwatch(key: string, owner: string): void {
+    const watch = this.watches.get(key);
+    if (!watch) return;
+    watch.waiters.delete(owner);
+    if (watch.waiters.size > 0) return;
+    clearTimeout(watch.timer);
+    this.watches.delete(key);
+  }
+
+  /**
+   * Schedules the key's safety check: just after the holder's lease would end (a holder that
+   * died is noticed then, not a poll later), and at least every checkIntervalMs to stay alive.
+   */
+  private scheduleCheck(key: string, ownerPttlMs: number, delayMs?: number): void {
+    const watch = this.watches.get(key);
+    if (!watch || this.closed) return;
+    const interval = checkIntervalMs(this.shortestTtl(watch));
+    const delay = delayMs ?? (ownerPttlMs >= 0 ? Math.min(interval, ownerPttlMs + EXPIRY_CHECK_MARGIN_MS) : interval);
+    clearTimeout(watch.timer);
+    watch.timer = setTimeout(() => void this.check(key, watch), delay);
+    watch.timer.unref();
+  }
+
+  private async check(key: string, watch: KeyWatch): Promise<void> {
+    const waiters = [...watch.waiters.values()];
+    if (waiters.length === 0) return;
+    const args: (string | number)[] = [this.clientId, this.staleAfter(key, this.shortestTtl(watch)), GRANT_CHANNEL_PREFIX, key];
+    for (const waiter of waiters) args.push(waiter.owner, waiter.ttlMs);
+    try {
+      const [ownerPttlMs, ...granted] = await checkScript.run(this.connections.client, keyList(lockKeys(key)), args);
+      for (let i = 0; i < granted.length; i += 2) this.deliver(key, granted[i], granted[i + 1]);
+      this.scheduleCheck(key, ownerPttlMs);
+    } catch (error) {
+      logger.warn(`Checking the queue of "${key}" failed, retrying: ${(error as Error).message}`);
+      this.scheduleCheck(key, -1);
+    }
+  }
+
+  private shortestTtl(watch: KeyWatch): number {
+    let shortest = Infinity;
+    for (const waiter of watch.waiters.values()) shortest = Math.min(shortest, waiter.ttlMs);
+    return shortest;
+  }
+
+  private staleAfter(key: string, ttlMs: number): number {
+    const watch = this.watches.get(key);
+    return staleAfterMs(checkIntervalMs(watch ? Math.min(ttlMs, this.shortestTtl(watch)) : ttlMs));
+  }
+
+  /** A grant now held here: tracked so close() can fire its signal and release it. */
+  private grantOf(key: string, owner: string, fence: string): LockGrant {
+    const lost = new AbortController();
+    const grant: LockGrant = { key, owner, fencingToken: BigInt(fence), lost: lost.signal };
+    this.held.set(owner, { grant, lost });
+    return grant;
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new DistributedLockError('The redis lock backend is closed.');
+  }
+}
+
+/** The value of the owner key: the fence makes it unique per grant, the owner id per caller. */
+const ownerValue = (grant: LockGrant) => `${grant.fencingToken} ${grant.owner}`;
+
+/** Builds the backend for `{ type: 'redis', ... }`; used by createBackend, loaded only when chosen. */
+export function createRedisBackend(options: RedisBackendOptions): Promise<RedisLockBackend> {
+  return RedisLockBackend.open(options);
+}

@@ -1,0 +1,79 @@
+/**
+ * The part of `node-zookeeper-client` this backend uses, typed here so that no published .d.ts
+ * imports the optional package. Only the shapes, never the values: the module is loaded at
+ * runtime through loadPeer.
+ */
+export interface ZkStat {
+  /** 8-byte big-endian zxid of the create. */
+  czxid: Buffer;
+  mzxid: Buffer;
+  version: number;
+  ephemeralOwner: Buffer;
+}
+
+export interface ZkError extends Error {
+  code: number;
+}
+
+export interface ZkEvent {
+  getType(): number;
+  getPath(): string;
+}
+
+export interface ZkAcl {
+  readonly permission: number;
+}
+
+export interface ZkTransaction {
+  create(path: string, data: Buffer | null, acls: ZkAcl[], mode: number): ZkTransaction;
+  setData(path: string, data: Buffer | null, version: number): ZkTransaction;
+  commit(callback: (error: ZkError | null, results: { type: number; path?: string; stat?: ZkStat }[]) => void): void;
+}
+
+export interface ZkClient {
+  connect(): void;
+  close(): void;
+  on(event: 'connected' | 'disconnected' | 'expired' | 'authenticationFailed', listener: () => void): this;
+  getSessionId(): Buffer;
+  getSessionTimeout(): number;
+  addAuthInfo(scheme: string, auth: Buffer): void;
+  create(path: string, data: Buffer | null, acls: ZkAcl[], mode: number, callback: (error: ZkError | null, path: string) => void): void;
+  remove(path: string, version: number, callback: (error: ZkError | null) => void): void;
+  exists(path: string, watcher: ((event: ZkEvent) => void) | undefined, callback: (error: ZkError | null, stat: ZkStat | null) => void): void;
+  getData(path: string, watcher: ((event: ZkEvent) => void) | undefined, callback: (error: ZkError | null, data: Buffer, stat: ZkStat) => void): void;
+  setData(path: string, data: Buffer, version: number, callback: (error: ZkError | null, stat: ZkStat) => void): void;
+  getChildren(path: string, callback: (error: ZkError | null, children: string[]) => void): void;
+  transaction(): ZkTransaction;
+}
+
+export interface ZkModule {
+  createClient(connectionString: string, options: { sessionTimeout: number; spinDelay: number; retries: number }): ZkClient;
+  ACL: new (permission: number, id: unknown) => ZkAcl;
+  Id: new (scheme: string, id: string) => unknown;
+  CreateMode: { PERSISTENT: number; EPHEMERAL_SEQUENTIAL: number };
+}
+
+/** ZooKeeper's error codes this backend reacts to (KeeperException.Code). */
+export const ZkCode = {
+  CONNECTION_LOSS: -4,
+  NO_NODE: -101,
+  NO_AUTH: -102,
+  BAD_VERSION: -103,
+  NODE_EXISTS: -110,
+  NOT_EMPTY: -111,
+  SESSION_EXPIRED: -112,
+  AUTH_FAILED: -115,
+} as const;
+
+/** Watcher event type: the watched node was deleted. */
+export const NODE_DELETED = 2;
+
+export function zkCode(error: unknown): number | undefined {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'number' ? code : undefined;
+}
+
+/** A zxid as the fencing token: 8 bytes, big-endian, never negative in practice (epoch << 32 | counter). */
+export function zxidOf(buffer: Buffer): bigint {
+  return buffer.readBigInt64BE(0);
+}

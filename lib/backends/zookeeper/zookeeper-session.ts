@@ -1,0 +1,242 @@
+import { DistributedLockError, LockBackendError } from '../../errors';
+import { driftAllowanceMs } from '../../lock-lease';
+import { ZkCode, zkCode, type ZkAcl, type ZkClient, type ZkError, type ZkEvent, type ZkModule, type ZkStat } from './zookeeper-client';
+import { permissionMask, type ResolvedZooKeeperOptions } from './zookeeper-options';
+
+/**
+ * The session is gone, or may be: every lock node of it is (or will soon be) deleted by the
+ * server. Holders are told through their lost signal; waiters start again on a new session.
+ * A transport error like the client's own, so LockService wraps it in LockBackendError.
+ */
+export class ZooKeeperSessionLostError extends Error {
+  override readonly name = 'ZooKeeperSessionLostError';
+}
+
+/**
+ * One ZooKeeper session and its client. It never outlives its first connection's session: when
+ * the server says it expired, or when nothing was heard from the server for as long as the
+ * server may take to expire it, the session is declared dead at once (every pending call is
+ * rejected, every listener told) and the client closed. Locks are never carried over to a new
+ * session: the backend opens a fresh one for later acquisitions.
+ */
+export class ZooKeeperSession {
+  /** Resolves on the first connection; rejects if the session dies first. */
+  readonly connected: Promise<void>;
+  readonly acl: ZkAcl[];
+  private readonly client: ZkClient;
+  private readonly pending = new Set<(reason: Error) => void>();
+  private readonly deathListeners = new Set<(reason: Error) => void>();
+  private deadReason?: Error;
+  private timeoutMs: number;
+  /**
+   * When we sent the latest request the server answered (performance.now()). The server
+   * touched the session after that, so it cannot expire it before `lastContactAt + timeoutMs`.
+   */
+  private lastContactAt = 0;
+  private heartbeatInFlight = false;
+  private livenessTimer?: NodeJS.Timeout;
+  private heartbeatTimer?: NodeJS.Timeout;
+  private connectTimer?: NodeJS.Timeout;
+  private sessionId = '(connecting)';
+
+  constructor(
+    private readonly zk: ZkModule,
+    options: ResolvedZooKeeperOptions,
+  ) {
+    this.timeoutMs = options.sessionTimeoutMs;
+    this.acl = options.acl.map((entry) => new zk.ACL(permissionMask(entry.permissions), new zk.Id(entry.scheme, entry.id)));
+    // spinDelay: pause between rounds over the servers when none answers. The default (1 s) would
+    // add up to a second to every reconnection; 100 ms still keeps a dead ensemble from being hammered.
+    this.client = zk.createClient(options.connectionString, { sessionTimeout: options.sessionTimeoutMs, spinDelay: 100, retries: 0 });
+    for (const { credentials } of options.auth) this.client.addAuthInfo('digest', Buffer.from(credentials));
+    this.connected = new Promise<void>((resolve, reject) => {
+      this.client.on('connected', () => {
+        if (this.deadReason) return;
+        if (this.connectTimer) this.onFirstConnect();
+        resolve();
+        this.heartbeat();
+      });
+      this.onDeath(reject);
+    });
+    this.connected.catch(() => undefined);
+    this.client.on('expired', () => this.kill(new ZooKeeperSessionLostError(`ZooKeeper session ${this.sessionId} expired.`)));
+    this.client.on('authenticationFailed', () =>
+      this.kill(new LockBackendError('zookeeper', 'authenticate', new Error('the server refused the digest credentials (backend.auth)'))),
+    );
+    this.connectTimer = setTimeout(
+      () => this.kill(new ZooKeeperSessionLostError(`Could not connect to ZooKeeper at ${options.connectionString} within ${this.timeoutMs} ms.`)),
+      this.timeoutMs,
+    );
+    this.connectTimer.unref();
+    this.client.connect();
+  }
+
+  get alive(): boolean {
+    return this.deadReason === undefined;
+  }
+
+  /** The negotiated session id, hex, for messages. */
+  get id(): string {
+    return this.sessionId;
+  }
+
+  /** Calls `listener` once when the session dies (at once if it already has); returns an unsubscribe. */
+  onDeath(listener: (reason: Error) => void): () => void {
+    if (this.deadReason) {
+      listener(this.deadReason);
+      return () => undefined;
+    }
+    this.deathListeners.add(listener);
+    return () => this.deathListeners.delete(listener);
+  }
+
+  create(path: string, data: Buffer | null, ephemeralSequential: boolean): Promise<string> {
+    const mode = ephemeralSequential ? this.zk.CreateMode.EPHEMERAL_SEQUENTIAL : this.zk.CreateMode.PERSISTENT;
+    return this.call((done) => this.client.create(path, data, this.acl, mode, done));
+  }
+
+  /**
+   * Creates an ephemeral sequential node and touches its parent in one transaction: both get
+   * the transaction's zxid, so the parent's new mzxid is the node's czxid, without a second
+   * round trip to read it.
+   */
+  createWithZxid(parent: string, nodePrefix: string, data: Buffer): Promise<{ path: string; czxid: Buffer }> {
+    return this.call((done) =>
+      this.client
+        .transaction()
+        .create(`${parent}/${nodePrefix}`, data, this.acl, this.zk.CreateMode.EPHEMERAL_SEQUENTIAL)
+        .setData(parent, null, -1)
+        .commit((error, results) => done(error, error ? undefined : { path: results[0].path!, czxid: results[1].stat!.mzxid })),
+    );
+  }
+
+  remove(path: string): Promise<void> {
+    return this.call((done) => this.client.remove(path, -1, done));
+  }
+
+  /** The node's stat, or null when it does not exist. A watcher, if given, is left either way. */
+  exists(path: string, watcher?: (event: ZkEvent) => void): Promise<ZkStat | null> {
+    return this.call((done) => this.client.exists(path, watcher, done));
+  }
+
+  /** Leaves a watch on an existing node (none when it is missing: the call then fails with NO_NODE). */
+  watchData(path: string, watcher: (event: ZkEvent) => void): Promise<void> {
+    return this.call((done) => this.client.getData(path, watcher, (error) => done(error)));
+  }
+
+  getData(path: string): Promise<{ data: Buffer; stat: ZkStat }> {
+    return this.call((done) => this.client.getData(path, undefined, (error, data, stat) => done(error, { data, stat })));
+  }
+
+  setData(path: string, data: Buffer, version: number): Promise<ZkStat> {
+    return this.call((done) => this.client.setData(path, data, version, done));
+  }
+
+  getChildren(path: string): Promise<string[]> {
+    return this.call((done) => this.client.getChildren(path, done));
+  }
+
+  /** This session owns `stat`'s ephemeral node. */
+  owns(stat: ZkStat): boolean {
+    return stat.ephemeralOwner.toString('hex') === this.sessionId;
+  }
+
+  /** Declares the session dead (idempotent): rejects every pending call, tells every listener, closes the client. */
+  kill(reason: Error): void {
+    if (this.deadReason) return;
+    this.deadReason = reason;
+    clearTimeout(this.livenessTimer);
+    clearInterval(this.heartbeatTimer);
+    clearTimeout(this.connectTimer);
+    for (const fail of this.pending) fail(reason);
+    this.pending.clear();
+    for (const listener of this.deathListeners) listener(reason);
+    this.deathListeners.clear();
+    closeClient(this.client);
+  }
+
+  /** Ends the session at the server, which deletes its ephemeral nodes at once. */
+  async close(): Promise<void> {
+    if (!this.alive) return;
+    const closed = new Promise<void>((resolve) => {
+      this.client.on('disconnected', resolve);
+      setTimeout(resolve, 1_000).unref();
+    });
+    this.kill(new DistributedLockError('The ZooKeeper lock backend was closed.'));
+    await closed;
+  }
+
+  private call<T>(start: (done: (error: ZkError | null, value?: T) => void) => void): Promise<T> {
+    if (this.deadReason) return Promise.reject(this.deadReason);
+    const sentAt = performance.now();
+    return new Promise<T>((resolve, reject) => {
+      this.pending.add(reject);
+      start((error, value) => {
+        if (!this.pending.delete(reject)) return;
+        const code = zkCode(error);
+        if (code !== ZkCode.CONNECTION_LOSS && code !== ZkCode.SESSION_EXPIRED) this.lastContactAt = Math.max(this.lastContactAt, sentAt);
+        if (error) reject(error);
+        else resolve(value as T);
+      });
+    });
+  }
+
+  private onFirstConnect(): void {
+    clearTimeout(this.connectTimer);
+    this.connectTimer = undefined;
+    this.timeoutMs = this.client.getSessionTimeout();
+    this.sessionId = this.client.getSessionId().toString('hex');
+    // The server created the session just before this reply; nothing is held on it yet.
+    this.lastContactAt = performance.now();
+    this.heartbeatTimer = setInterval(() => this.heartbeat(), this.timeoutMs / 3);
+    this.heartbeatTimer.unref();
+    this.armLiveness();
+  }
+
+  /**
+   * node-zookeeper-client pings only when its socket is idle and never notices a server that
+   * stopped answering (no read timeout): our own cheap read, when nothing else was answered
+   * lately, keeps `lastContactAt` honest.
+   */
+  private heartbeat(): void {
+    if (this.heartbeatInFlight || !this.alive || performance.now() - this.lastContactAt < this.timeoutMs / 3) return;
+    this.heartbeatInFlight = true;
+    this.exists('/')
+      .catch(() => undefined)
+      .finally(() => (this.heartbeatInFlight = false));
+  }
+
+  /** Fires when the server may have expired the session (less the lease drift allowance), unless heard from since. */
+  private armLiveness(): void {
+    const deadline = this.lastContactAt + this.timeoutMs - driftAllowanceMs(this.timeoutMs);
+    this.livenessTimer = setTimeout(() => {
+      if (!this.alive) return;
+      if (performance.now() >= this.lastContactAt + this.timeoutMs - driftAllowanceMs(this.timeoutMs)) {
+        const silentMs = Math.round(performance.now() - this.lastContactAt);
+        return this.kill(
+          new ZooKeeperSessionLostError(
+            `No reply from ZooKeeper for ${silentMs} ms on session ${this.sessionId} (timeout ${this.timeoutMs} ms): it may have expired.`,
+          ),
+        );
+      }
+      this.armLiveness();
+    }, Math.max(0, deadline - performance.now()));
+    this.livenessTimer.unref();
+  }
+}
+
+/**
+ * Closes the client for good. node-zookeeper-client cannot finish a close while it is still
+ * (re)connecting, and would keep a socket (and the process) alive: its socket is destroyed
+ * until the client reports itself closed. This reaches into the client's ConnectionManager.
+ */
+function closeClient(client: ZkClient): void {
+  client.close();
+  const manager = (client as unknown as { connectionManager?: { state: number; socket?: { destroy(): void } } }).connectionManager;
+  const CLOSED = -2;
+  const timer = setInterval(() => {
+    if (!manager || manager.state === CLOSED) return clearInterval(timer);
+    manager.socket?.destroy();
+  }, 500);
+  timer.unref();
+}

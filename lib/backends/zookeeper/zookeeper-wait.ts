@@ -1,0 +1,51 @@
+import { ZkCode, zkCode } from './zookeeper-client';
+import { ZooKeeperSessionLostError } from './zookeeper-session';
+
+/**
+ * Restart the acquisition from the top (a new node, on a live session): the session died, or
+ * our node vanished. Anything else a call rejects with is a real failure for the caller.
+ */
+export class AttemptAgain extends Error {}
+
+export function isRetryable(error: unknown): boolean {
+  const code = zkCode(error);
+  return (
+    error instanceof AttemptAgain ||
+    error instanceof ZooKeeperSessionLostError ||
+    code === ZkCode.CONNECTION_LOSS ||
+    code === ZkCode.SESSION_EXPIRED
+  );
+}
+
+/**
+ * Repeats a call that failed with CONNECTION_LOSS (its reply was lost when the connection
+ * dropped; the client reconnects and queues the repeat). Only for calls that are safe to repeat.
+ * A session that dies meanwhile rejects the call with ZooKeeperSessionLostError, which ends this.
+ */
+export async function repeatOnConnectionLoss<T>(call: () => Promise<T>): Promise<T> {
+  for (;;) {
+    try {
+      return await call();
+    } catch (error) {
+      if (zkCode(error) !== ZkCode.CONNECTION_LOSS) throw error;
+    }
+  }
+}
+
+/** Rejects with the signal's reason as soon as it aborts, whatever `promise` is doing. */
+export function unlessAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
+/** Waits `ms`, or less if `signal` aborts (then rejects with its reason). */
+export function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return unlessAborted(
+    new Promise<void>((resolve) => setTimeout(resolve, ms)),
+    signal,
+  );
+}

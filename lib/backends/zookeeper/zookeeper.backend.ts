@@ -1,0 +1,342 @@
+import { randomUUID } from 'node:crypto';
+import { DistributedLockError } from '../../errors';
+import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
+import { NODE_DELETED, ZkCode, zkCode, zxidOf, type ZkModule } from './zookeeper-client';
+import type { ResolvedZooKeeperOptions } from './zookeeper-options';
+import { lockNodeName, protectedPrefix, sortedLockNodes } from './zookeeper-paths';
+import { ZooKeeperSession } from './zookeeper-session';
+import { AttemptAgain, isRetryable, pause, repeatOnConnectionLoss, unlessAborted } from './zookeeper-wait';
+
+interface Holding {
+  readonly grant: LockGrant;
+  readonly path: string;
+  readonly session: ZooKeeperSession;
+  readonly lost: AbortController;
+  releasing: boolean;
+  stopWatchingSession: () => void;
+}
+
+interface LockNode {
+  readonly path: string;
+  readonly name: string;
+  readonly czxid: bigint;
+}
+
+/** Pause before starting an acquisition again after its session died, so a dead ensemble is not hammered. */
+const RETRY_PAUSE_MS = 100;
+/**
+ * A released name's parent node is removed once this client has not used the name for this
+ * long: removing it at every release would make the next acquisition of a busy name create it
+ * again, one more fsync'd write each way.
+ */
+export const PARENT_IDLE_MS = 1_000;
+
+/**
+ * A fair lock on ephemeral sequential nodes, as Curator's InterProcessMutex: each acquisition
+ * creates `<rootPath>/<encoded name>/_c_<attempt uuid>-lock-<sequence>`; the lowest sequence
+ * holds; a waiter watches only the node just before its own. One session per backend; a lock
+ * lives exactly as long as its node, and its node as long as the session.
+ *
+ * Round trips: acquire uncontended 1 (parent create if unknown + create/touch transaction +
+ * children list, pipelined); release 1 (delete); handoff: the waiter is told by the server's
+ * watch event and, when its predecessor was the holder, owns the lock at once (0 further round
+ * trips). Empty parents are removed after PARENT_IDLE_MS without use, and at close().
+ */
+export class ZooKeeperLockBackend implements LockBackend {
+  readonly name = 'zookeeper';
+  /** Longer keys are hashed by LockService first; lockNodeName hashes encoded names above 240 chars itself. */
+  readonly maxKeyBytes = 4096;
+  private session?: ZooKeeperSession;
+  private readonly held = new Map<string, Holding>();
+  /** Parents this client saw exist; a stale entry costs one failed create and a retry. */
+  private readonly knownParents = new Set<string>();
+  private readonly idleParents = new Map<string, NodeJS.Timeout>();
+  private readonly waits = new Set<AbortController>();
+  private closed = false;
+
+  constructor(
+    private readonly zk: ZkModule,
+    private readonly options: ResolvedZooKeeperOptions,
+  ) {}
+
+  async acquire({ key, owner, signal }: AcquireRequest): Promise<LockGrant> {
+    this.assertOpen();
+    const closing = new AbortController();
+    this.waits.add(closing);
+    const stop = AbortSignal.any([signal, closing.signal]);
+    try {
+      for (;;) {
+        if (stop.aborted) throw stop.reason;
+        try {
+          const holding = (await this.attempt(key, owner, stop))!;
+          if (!stop.aborted) return holding.grant;
+          // Granted as the caller gave up: give it back at once.
+          await this.release(holding.grant);
+          throw stop.reason;
+        } catch (error) {
+          if (stop.aborted) throw stop.reason;
+          if (!isRetryable(error)) throw error;
+          await pause(RETRY_PAUSE_MS, stop);
+        }
+      }
+    } finally {
+      this.waits.delete(closing);
+    }
+  }
+
+  async tryAcquire({ key, owner }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+    this.assertOpen();
+    const holding = await this.attempt(key, owner, undefined);
+    return holding?.grant ?? null;
+  }
+
+  /** The node still exists and belongs to this session: the lock is ours as long as the session lives. */
+  async renew(grant: LockGrant, _ttlMs: number): Promise<boolean> {
+    const holding = this.held.get(grant.owner);
+    if (!holding || holding.grant !== grant || holding.lost.signal.aborted || !holding.session.alive) return false;
+    try {
+      const stat = await holding.session.exists(holding.path);
+      if (stat && holding.session.owns(stat)) return true;
+      this.lose(holding, new DistributedLockError(`Lock node ${holding.path} is gone.`));
+      return false;
+    } catch (error) {
+      if (!holding.session.alive) return false;
+      throw error;
+    }
+  }
+
+  async release(grant: LockGrant): Promise<void> {
+    const holding = this.held.get(grant.owner);
+    if (!holding || holding.grant !== grant) return;
+    this.held.delete(grant.owner);
+    holding.releasing = true;
+    holding.stopWatchingSession();
+    const { session, path } = holding;
+    // A dead session's nodes are deleted by the server; a new session never touches them.
+    if (!session.alive) return;
+    await this.deleteNode(session, path);
+    this.removeParentWhenIdle(path.slice(0, path.lastIndexOf('/')));
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    const closedError = new DistributedLockError('The ZooKeeper lock backend was closed while waiting.');
+    for (const wait of this.waits) wait.abort(closedError);
+    for (const holding of this.held.values()) this.lose(holding, new DistributedLockError('The ZooKeeper lock backend was closed.'));
+    this.held.clear();
+    for (const [parent, timer] of this.idleParents) {
+      clearTimeout(timer);
+      this.removeParent(parent);
+    }
+    this.idleParents.clear();
+    // Closing the session makes the server delete every node of it at once.
+    await this.session?.close();
+  }
+
+  /**
+   * One go at the lock on one session: create our node, then wait (or, for tryAcquire with no
+   * `stop`, give up) until it is the lowest. Our node is deleted on every way out but success.
+   */
+  private async attempt(key: string, owner: string, stop: AbortSignal | undefined): Promise<Holding | null> {
+    const session = await this.liveSession(stop);
+    const parent = `${this.options.rootPath}/${lockNodeName(key)}`;
+    clearTimeout(this.idleParents.get(parent));
+    this.idleParents.delete(parent);
+    let node: LockNode | undefined;
+    try {
+      const created = await this.createNode(session, parent, owner);
+      node = created.node;
+      let children = created.children;
+      for (;;) {
+        const queue = sortedLockNodes(children);
+        const at = queue.indexOf(node.name);
+        if (at === -1) throw new AttemptAgain(`Lock node ${node.path} vanished while waiting.`);
+        if (at === 0) return this.hold(session, key, owner, node);
+        if (!stop) {
+          await this.deleteNode(session, node.path);
+          node = undefined;
+          return null;
+        }
+        const deleted = await this.predecessorDeleted(session, `${parent}/${queue[at - 1]}`, stop);
+        // Sequence numbers only grow, so nothing can have joined ahead of us: when the node we
+        // watched was the head of the queue, its deletion makes us the head, no list needed.
+        if (deleted && at === 1) return this.hold(session, key, owner, node);
+        children = await repeatOnConnectionLoss(() => session.getChildren(parent));
+      }
+    } catch (error) {
+      if (node) this.deleteNode(session, node.path).catch(() => undefined);
+      throw error;
+    }
+  }
+
+  /**
+   * Creates our lock node, in one round trip when nothing goes wrong: [create the parent if this
+   * client has not seen it] + [create the node and touch the parent, one transaction] +
+   * [list the parent], pipelined on the session (the server answers them in order).
+   */
+  private async createNode(session: ZooKeeperSession, parent: string, owner: string): Promise<{ node: LockNode; children: string[] }> {
+    const prefix = protectedPrefix(randomUUID());
+    const data = Buffer.from(owner);
+    for (let round = 0; ; round++) {
+      const ensured = this.knownParents.has(parent) ? undefined : session.create(parent, null, false).then(() => undefined, (error: unknown) => error);
+      const created = session.createWithZxid(parent, prefix, data);
+      const listed = session.getChildren(parent);
+      listed.catch(() => undefined);
+      try {
+        const { path, czxid } = await created;
+        this.knownParents.add(parent);
+        const children = await listed.catch(() => repeatOnConnectionLoss(() => session.getChildren(parent)));
+        return { node: { path, name: path.slice(parent.length + 1), czxid: zxidOf(czxid) }, children };
+      } catch (error) {
+        if (round >= 10) throw error;
+        const code = zkCode(error);
+        if (code === ZkCode.NO_NODE) {
+          this.knownParents.delete(parent);
+          if (zkCode(await ensured) === ZkCode.NO_NODE) await this.createRoot(session);
+          continue;
+        }
+        if (code !== ZkCode.CONNECTION_LOSS) throw error;
+        // The reply was lost, not necessarily the create (Curator's protected mode): look for our node.
+        const found = await this.findNode(session, parent, prefix);
+        if (found) return found;
+      }
+    }
+  }
+
+  private async findNode(session: ZooKeeperSession, parent: string, prefix: string): Promise<{ node: LockNode; children: string[] } | undefined> {
+    let children: string[];
+    try {
+      children = await repeatOnConnectionLoss(() => session.getChildren(parent));
+    } catch (error) {
+      if (zkCode(error) === ZkCode.NO_NODE) return undefined;
+      throw error;
+    }
+    const name = children.find((child) => child.startsWith(prefix));
+    if (!name) return undefined;
+    const path = `${parent}/${name}`;
+    const stat = await repeatOnConnectionLoss(() => session.exists(path));
+    if (!stat) throw new AttemptAgain(`Lock node ${path} vanished right after its create.`);
+    return { node: { path, name, czxid: zxidOf(stat.czxid) }, children };
+  }
+
+  private async createRoot(session: ZooKeeperSession): Promise<void> {
+    let path = '';
+    for (const segment of this.options.rootPath.slice(1).split('/')) {
+      path += `/${segment}`;
+      try {
+        await repeatOnConnectionLoss(() => session.create(path, null, false));
+      } catch (error) {
+        if (zkCode(error) !== ZkCode.NODE_EXISTS) throw error;
+      }
+    }
+  }
+
+  /**
+   * Resolves true when the node is deleted, false on any other change worth a fresh look
+   * (another watch event, or a lost connection), rejects when `stop` aborts or the session dies.
+   */
+  private predecessorDeleted(session: ZooKeeperSession, path: string, stop: AbortSignal): Promise<boolean> {
+    return new Promise<boolean>((resolve, reject) => {
+      let settled = false;
+      const settle = (outcome: () => void) => {
+        if (settled) return;
+        settled = true;
+        stop.removeEventListener('abort', onAbort);
+        stopWatchingSession();
+        outcome();
+      };
+      const onAbort = () => settle(() => reject(stop.reason));
+      const stopWatchingSession = session.onDeath((reason) => settle(() => reject(reason)));
+      if (stop.aborted) return onAbort();
+      stop.addEventListener('abort', onAbort, { once: true });
+      // getData, not exists: a watch on a missing node would linger until someone creates it.
+      session
+        .watchData(path, (event) => settle(() => resolve(event.getType() === NODE_DELETED)))
+        .catch((error: unknown) => {
+          const code = zkCode(error);
+          if (code === ZkCode.NO_NODE) settle(() => resolve(true));
+          else if (code === ZkCode.CONNECTION_LOSS) settle(() => resolve(false));
+          else settle(() => reject(error));
+        });
+    });
+  }
+
+  private removeParentWhenIdle(parent: string): void {
+    clearTimeout(this.idleParents.get(parent));
+    const timer = setTimeout(() => {
+      this.idleParents.delete(parent);
+      this.removeParent(parent);
+    }, PARENT_IDLE_MS);
+    timer.unref();
+    this.idleParents.set(parent, timer);
+  }
+
+  /**
+   * Removes the parent if it is empty; fails harmlessly (NOT_EMPTY) while others use it.
+   * Fencing does not care: czxid keeps growing across a parent's incarnations. Forgotten first,
+   * so an acquisition racing with the removal creates it again in its pipeline.
+   */
+  private removeParent(parent: string): void {
+    const session = this.session;
+    if (!session?.alive) return;
+    this.knownParents.delete(parent);
+    session.remove(parent).then(
+      () => undefined,
+      (error: unknown) => zkCode(error) === ZkCode.NOT_EMPTY && this.knownParents.add(parent),
+    );
+  }
+
+  private hold(session: ZooKeeperSession, key: string, owner: string, node: LockNode): Holding {
+    const lost = new AbortController();
+    const holding: Holding = {
+      grant: { key, owner, fencingToken: node.czxid, lost: lost.signal },
+      path: node.path,
+      session,
+      lost,
+      releasing: false,
+      stopWatchingSession: () => undefined,
+    };
+    this.held.set(owner, holding);
+    // Session expiry (or silence for as long as it would take) ends every lock of the session at once.
+    holding.stopWatchingSession = session.onDeath((reason) => this.lose(holding, reason));
+    // A watch on our own node, sent without waiting for it: a deletion we did not make is known at once.
+    session
+      .exists(node.path, (event) => {
+        if (event.getType() === NODE_DELETED) this.lose(holding, new DistributedLockError(`Lock node ${node.path} was deleted by another client.`));
+      })
+      .then(
+        (stat) => stat || this.lose(holding, new DistributedLockError(`Lock node ${node.path} was deleted by another client.`)),
+        () => undefined,
+      );
+    return holding;
+  }
+
+  private lose(holding: Holding, reason: Error): void {
+    if (holding.releasing || holding.lost.signal.aborted) return;
+    holding.lost.abort(reason);
+  }
+
+  /** Deletes a node of ours; already gone is fine; a dead session's nodes go with it. */
+  private async deleteNode(session: ZooKeeperSession, path: string): Promise<void> {
+    try {
+      await repeatOnConnectionLoss(() => session.remove(path));
+    } catch (error) {
+      if (zkCode(error) === ZkCode.NO_NODE || !session.alive) return;
+      throw error;
+    }
+  }
+
+  /** The current session, or a new one when there is none or it died. Waits for its first connection. */
+  private async liveSession(stop: AbortSignal | undefined): Promise<ZooKeeperSession> {
+    this.assertOpen();
+    if (!this.session?.alive) this.session = new ZooKeeperSession(this.zk, this.options);
+    const session = this.session;
+    await (stop ? unlessAborted(session.connected, stop) : session.connected);
+    return session;
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new DistributedLockError('The ZooKeeper lock backend is closed.');
+  }
+}

@@ -1,0 +1,66 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Cluster, Redis } from 'ioredis';
+import type { LockService } from '../../../lib';
+import { createBackend } from '../../../lib/backends/create-backend';
+import { keyList, lockKeys } from '../../../lib/backends/redis/redis-keys';
+import { lockServiceOver } from '../../support/lock-service-factory';
+import { startRedisServer, type RedisServer } from '../../support/redis-server';
+import { sleep } from '../../support/timing';
+
+/** Names that would break a naive `{name}` tag: a `}` ends the tag early, `{}` disables it. */
+const AWKWARD_NAMES = ['plain', 'a}b', '}starts', '{wrapped}', 'x{y}z', '%7D', '}'];
+
+/**
+ * A one-node Redis Cluster (all 16384 slots on one server): enough to prove every script names
+ * keys of a single slot, since Cluster refuses a script whose keys span slots (CROSSSLOT).
+ */
+describe('redis backend on Redis Cluster', () => {
+  let redis: RedisServer;
+  let cluster: Cluster;
+  let services: LockService[];
+
+  before(async () => {
+    redis = await startRedisServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf']);
+    const admin = new Redis(redis.url);
+    await admin.call('CLUSTER', 'ADDSLOTSRANGE', '0', '16383');
+    while (!(await admin.call('CLUSTER', 'INFO') as string).includes('cluster_state:ok')) await sleep(50);
+    admin.disconnect();
+    cluster = new Cluster([{ host: '127.0.0.1', port: redis.port }]);
+    services = [
+      lockServiceOver(await createBackend({ type: 'redis', client: cluster as never })),
+      lockServiceOver(await createBackend({ type: 'redis', client: cluster as never })),
+    ];
+  });
+  after(async () => {
+    await Promise.all(services.map((service) => service.onApplicationShutdown()));
+    cluster.disconnect();
+    await redis.stop();
+  });
+
+  it('puts all keys of a name in one slot, whatever braces the name holds', async () => {
+    for (const name of AWKWARD_NAMES) {
+      const slots = new Set(await Promise.all(keyList(lockKeys(`lock:${name}`)).map((key) => cluster.call('CLUSTER', 'KEYSLOT', key))));
+      assert.equal(slots.size, 1, `the keys of "${name}" span slots ${[...slots].join(', ')}`);
+    }
+  });
+
+  it('acquires, queues, hands off, renews and releases on a Cluster client', async () => {
+    for (const name of AWKWARD_NAMES) {
+      const holder = await services[0].acquire(name);
+      const waiter = services[1].acquire(name, { waitTimeoutMs: 5_000 });
+      assert.equal(await services[1].tryAcquire(name), null);
+      await holder.extend();
+      await holder.release();
+      const next = await waiter;
+      assert.ok(next.fencingToken > holder.fencingToken, name);
+      await next.release();
+    }
+  });
+
+  it('keeps names apart that differ only by braces or by their encoding', async () => {
+    const held = await Promise.all(AWKWARD_NAMES.map((name) => services[0].tryAcquire(name)));
+    assert.ok(held.every(Boolean), 'two different names shared one lock');
+    await Promise.all(held.map((lock) => lock!.release()));
+  });
+});

@@ -1,0 +1,68 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Redis } from 'ioredis';
+import type { LockService } from '../../../lib';
+import { createBackend } from '../../../lib/backends/create-backend';
+import { lockServiceOver } from '../../support/lock-service-factory';
+import { commandsExecuted, startRedisServer, type RedisServer } from '../../support/redis-server';
+import { sleep } from '../../support/timing';
+
+/**
+ * Direct handoff means each release costs the same few commands however long the queue is:
+ * no herd (every waiter retrying), no polling. Counted by the server itself (INFO commandstats,
+ * which counts the commands run inside scripts too).
+ */
+describe('redis backend: commands per handoff', () => {
+  let redis: RedisServer;
+  let inspector: Redis;
+  let services: LockService[];
+
+  before(async () => {
+    redis = await startRedisServer();
+    inspector = new Redis(redis.url);
+    services = await Promise.all(Array.from({ length: 4 }, async () => lockServiceOver(await createBackend({ type: 'redis', url: redis.url }))));
+  });
+  after(async () => {
+    await Promise.all(services.map((service) => service.onApplicationShutdown()));
+    inspector.disconnect();
+    await redis.stop();
+  });
+
+  /** Queues `waiters` behind a holder, then counts the commands of the `waiters` handoffs. */
+  async function commandsPerHandoff(waiters: number): Promise<{ perHandoff: number; byCommand: Record<string, number> }> {
+    const name = `handoff-${waiters}`;
+    const holder = await services[0].acquire(name);
+    let served = 0;
+    const queued = Array.from({ length: waiters }, (_, i) =>
+      services[i % services.length].withLock(name, () => void served++, { waitTimeoutMs: 60_000 }),
+    );
+    const queueKey = `{lock:${name}}:queue`;
+    const deadline = Date.now() + 30_000;
+    while ((await inspector.llen(queueKey)) < waiters) {
+      assert.ok(Date.now() < deadline, `${waiters} waiters did not all queue`);
+      await sleep(10);
+    }
+    const before = await commandsExecuted((section) => inspector.info(section));
+    await holder.release();
+    await Promise.all(queued);
+    const afterCount = await commandsExecuted((section) => inspector.info(section));
+    assert.equal(served, waiters);
+    const byCommand: Record<string, number> = {};
+    for (const [command, calls] of Object.entries(afterCount.byCommand)) {
+      const delta = calls - (before.byCommand[command] ?? 0);
+      if (delta) byCommand[command] = Math.round((delta / waiters) * 100) / 100;
+    }
+    // The LLEN polls above ran before the first count; none after it.
+    return { perHandoff: (afterCount.total - before.total) / waiters, byCommand };
+  }
+
+  it('stays constant from 100 to 1000 waiters on one key', async (t) => {
+    const small = await commandsPerHandoff(100);
+    const large = await commandsPerHandoff(1_000);
+    t.diagnostic(`commands per handoff: ${small.perHandoff.toFixed(2)} with 100 waiters, ${large.perHandoff.toFixed(2)} with 1000`);
+    t.diagnostic(`per handoff with 1000 waiters: ${JSON.stringify(large.byCommand)}`);
+    assert.ok(large.perHandoff <= small.perHandoff * 1.05 + 0.5, `per handoff grew from ${small.perHandoff} to ${large.perHandoff}`);
+    assert.ok(large.perHandoff <= 11, `a handoff costs ${large.perHandoff} commands`);
+    assert.equal(large.byCommand.publish, 1, 'not exactly one grant message per handoff');
+  });
+});

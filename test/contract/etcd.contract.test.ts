@@ -1,0 +1,16 @@
+import { createEtcdBackend } from '../../lib/backends/etcd/etcd.backend';
+import { EtcdCluster } from '../support/etcd-server';
+import { runLockContract } from './lock-backend.contract';
+
+// The lock ttls of the contract are enforced by each holder's local deadline (it releases its
+// key when the deadline passes), not by etcd's whole-second session lease: the defaults fit.
+runLockContract({
+  name: 'etcd',
+  async start() {
+    const cluster = await EtcdCluster.start(1);
+    return {
+      newClient: async () => createEtcdBackend({ type: 'etcd', hosts: cluster.hosts }),
+      stop: () => cluster.stop(),
+    };
+  },
+});

@@ -1,0 +1,11 @@
+import { createBackend } from '../../lib/backends/create-backend';
+import { startRedisServer } from '../support/redis-server';
+import { runLockContract } from './lock-backend.contract';
+
+runLockContract({
+  name: 'redis',
+  async start() {
+    const redis = await startRedisServer();
+    return { newClient: () => createBackend({ type: 'redis', url: redis.url }), stop: () => redis.stop() };
+  },
+});

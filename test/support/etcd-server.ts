@@ -1,0 +1,156 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { Etcd3 } from 'etcd3';
+import { freePort } from './free-port';
+import { ServerProcess } from './server-process';
+
+/**
+ * Fast elections so failover tests finish in seconds: a heartbeat every 50 ms and an election
+ * after 500 ms of silence. etcd's minimum lease ttl is 1.5 election timeouts (750 ms), so the
+ * shortest session lease here is 1 s.
+ */
+const HEARTBEAT_MS = 50;
+const ELECTION_TIMEOUT_MS = 500;
+
+interface Member {
+  readonly name: string;
+  readonly clientUrl: string;
+  server?: ServerProcess;
+}
+
+/**
+ * A throwaway etcd (Debian's etcd-server) of one or more members on free loopback ports, data
+ * under os.tmpdir(), removed by stop(). Start fails loudly when etcd cannot come up.
+ */
+export class EtcdCluster {
+  private constructor(
+    private readonly dataRoot: string,
+    private readonly members: Member[],
+    private readonly args: string[][],
+  ) {}
+
+  static async start(size = 1): Promise<EtcdCluster> {
+    const dataRoot = await mkdtemp(path.join(os.tmpdir(), 'etcd-test-'));
+    const ports = await distinctPorts(size * 2);
+    const names = Array.from({ length: size }, (_, i) => `n${i + 1}`);
+    const peerUrl = (i: number) => `http://127.0.0.1:${ports[size + i]}`;
+    const initialCluster = names.map((name, i) => `${name}=${peerUrl(i)}`).join(',');
+    const members: Member[] = names.map((name, i) => ({ name, clientUrl: `http://127.0.0.1:${ports[i]}` }));
+    const args = names.map((name, i) => [
+      '--name', name,
+      '--data-dir', path.join(dataRoot, name),
+      '--listen-client-urls', members[i].clientUrl,
+      '--advertise-client-urls', members[i].clientUrl,
+      '--listen-peer-urls', peerUrl(i),
+      '--initial-advertise-peer-urls', peerUrl(i),
+      '--initial-cluster', initialCluster,
+      '--initial-cluster-state', 'new',
+      '--heartbeat-interval', String(HEARTBEAT_MS),
+      '--election-timeout', String(ELECTION_TIMEOUT_MS),
+    ]);
+    const cluster = new EtcdCluster(dataRoot, members, args);
+    try {
+      await Promise.all(members.map((_, i) => cluster.startMember(i)));
+      await cluster.waitHealthy(30_000);
+    } catch (error) {
+      await cluster.stop();
+      throw error;
+    }
+    return cluster;
+  }
+
+  /** Client URLs of all members, for `hosts`. */
+  get hosts(): string[] {
+    return this.members.map((member) => member.clientUrl);
+  }
+
+  hostOf(index: number): string {
+    return this.members[index].clientUrl;
+  }
+
+  /** Index of the member that currently leads, from the live members' own status. */
+  async leaderIndex(): Promise<number> {
+    const statuses = await Promise.all(
+      this.members.map(async (member) => {
+        if (!member.server) return undefined;
+        const client = new Etcd3({ hosts: member.clientUrl });
+        try {
+          return await client.maintenance.status({ deadline: Date.now() + 2_000 });
+        } catch {
+          return undefined;
+        } finally {
+          client.close();
+        }
+      }),
+    );
+    const leader = statuses.find((status) => status && status.leader !== '0')?.leader;
+    const index = statuses.findIndex((status) => status !== undefined && status.header.member_id === leader);
+    if (index < 0) throw new Error('no live etcd member leads');
+    return index;
+  }
+
+  /** SIGKILL: the member is gone with no goodbye, as in a crash. */
+  async kill(index: number): Promise<void> {
+    await this.members[index].server?.stop('SIGKILL');
+    this.members[index].server = undefined;
+  }
+
+  /** SIGSTOP / SIGCONT: the member stops answering, with its connections left open. */
+  pause(index: number): void {
+    this.members[index].server?.pause();
+  }
+
+  resume(index: number): void {
+    this.members[index].server?.resume();
+  }
+
+  /** Starts a killed member again, on its ports and data. */
+  async revive(index: number): Promise<void> {
+    await this.startMember(index);
+  }
+
+  /** Resolves once a linearizable read succeeds through every live member. */
+  async waitHealthy(timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (const member of this.members.filter((m) => m.server)) {
+      const client = new Etcd3({ hosts: member.clientUrl });
+      try {
+        for (;;) {
+          try {
+            await client.get('health-probe').string().then(() => undefined);
+            break;
+          } catch (error) {
+            if (Date.now() > deadline) throw new Error(`etcd member ${member.name} not healthy after ${timeoutMs} ms: ${String(error)}`);
+            await new Promise((resolve) => setTimeout(resolve, 100));
+          }
+        }
+      } finally {
+        client.close();
+      }
+    }
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(this.members.map((member) => member.server?.stop()));
+    for (const member of this.members) member.server = undefined;
+    await rm(this.dataRoot, { recursive: true, force: true });
+  }
+
+  private async startMember(index: number): Promise<void> {
+    const member = this.members[index];
+    member.server = await ServerProcess.start({
+      name: `etcd ${member.name} on ${member.clientUrl}`,
+      command: 'etcd',
+      args: this.args[index],
+      port: Number(new URL(member.clientUrl).port),
+    });
+  }
+}
+
+/** Free ports, distinct from each other (the OS may hand one out twice in a row). */
+async function distinctPorts(count: number): Promise<number[]> {
+  const ports = new Set<number>();
+  while (ports.size < count) ports.add(await freePort());
+  return [...ports];
+}

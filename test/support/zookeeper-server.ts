@@ -1,0 +1,86 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { connect } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { freePort } from './free-port';
+import { ServerProcess } from './server-process';
+
+export interface ZooKeeperServer {
+  readonly server: ServerProcess;
+  readonly port: number;
+  /** `127.0.0.1:<port>`, the backend's connectionString. */
+  readonly connectionString: string;
+  /** The tick: sessions are expired in steps of it. */
+  readonly tickTimeMs: number;
+  stop(): Promise<void>;
+}
+
+export interface ZooKeeperServerOptions {
+  /** Default 100: sessions as short as 2 ticks, so fault tests can use 1 s sessions. */
+  tickTimeMs?: number;
+  /** Extra zoo.cfg lines. */
+  config?: string[];
+}
+
+/** Debian's zookeeper package puts the server jar here; its manifest names the jars it needs. */
+const ZOOKEEPER_JAR = '/usr/share/java/zookeeper.jar';
+
+/**
+ * A throwaway standalone ZooKeeper 3.8 (Debian's package) run with the machine's `java` on a free
+ * loopback port, its data in a temp dir (kept across restart(), so sessions survive a restart
+ * like they do on a real server). Ready when it answers the `ruok` four-letter word.
+ */
+export async function startZooKeeperServer(options: ZooKeeperServerOptions = {}): Promise<ZooKeeperServer> {
+  const tickTimeMs = options.tickTimeMs ?? 100;
+  const port = await freePort();
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'lock-zookeeper-'));
+  const config = [
+    `tickTime=${tickTimeMs}`,
+    `clientPort=${port}`,
+    'clientPortAddress=127.0.0.1',
+    `dataDir=${path.join(dir, 'data')}`,
+    'admin.enableServer=false',
+    `minSessionTimeout=${tickTimeMs * 2}`,
+    `maxSessionTimeout=${Math.max(tickTimeMs * 20, 60_000)}`,
+    '4lw.commands.whitelist=ruok',
+    ...(options.config ?? []),
+  ];
+  const configFile = path.join(dir, 'zoo.cfg');
+  await writeFile(configFile, `${config.join('\n')}\n`);
+  try {
+    const server = await ServerProcess.start({
+      name: `zookeeper on 127.0.0.1:${port}`,
+      command: 'java',
+      // A small heap: several servers run at once on a 2-core machine. Log4j/SLF4J print nothing.
+      args: ['-Xmx256m', '-XX:+UseSerialGC', '-cp', ZOOKEEPER_JAR, 'org.apache.zookeeper.server.ZooKeeperServerMain', configFile],
+      port,
+      ready: () => fourLetterWord(port, 'ruok').then((answer) => answer === 'imok'),
+      startTimeoutMs: 60_000,
+    });
+    return {
+      server,
+      port,
+      connectionString: `127.0.0.1:${port}`,
+      tickTimeMs,
+      async stop() {
+        await server.stop();
+        await rm(dir, { recursive: true, force: true });
+      },
+    };
+  } catch (error) {
+    await rm(dir, { recursive: true, force: true });
+    throw error;
+  }
+}
+
+function fourLetterWord(port: number, word: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect({ host: '127.0.0.1', port });
+    let answer = '';
+    socket.setTimeout(2_000, () => socket.destroy(new Error('no answer')));
+    socket.on('connect', () => socket.write(word));
+    socket.on('data', (chunk) => (answer += chunk.toString()));
+    socket.on('end', () => resolve(answer));
+    socket.on('error', reject);
+  });
+}
