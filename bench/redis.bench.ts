@@ -1,1 +1,122 @@
-export async function run(): Promise<void> {}
+import { Redis } from 'ioredis';
+import Redlock from 'redlock';
+import { Mutex } from 'redis-semaphore';
+import type { LockService } from '../lib';
+import { createBackend } from '../lib/backends/create-backend';
+import { lockServiceOver } from '../test/support/lock-service-factory';
+import { startRedisServer } from '../test/support/redis-server';
+import { printFlashSale } from './report';
+import { formatRatio, median } from './stats';
+import { flashSale, medianFlashSale, uncontendedCycles, type FlashSaleResult, type LockRunner } from './workloads';
+
+const CONNECTIONS = 4;
+const BUYERS_PER_CONNECTION = 50;
+const STOCK = 150;
+const CYCLE_ROUNDS = 7;
+const CYCLES_PER_ROUND = 500;
+const SALE_REPEATS = 5;
+const LEASE_MS = 10_000;
+const WAIT_MS = 60_000;
+
+interface Contender {
+  label: string;
+  runners: LockRunner[];
+  /** Counted against the targets; the tuned redlock is shown for fairness, not as "the peer". */
+  peer: boolean;
+}
+
+/**
+ * This backend against redlock v5 and redis-semaphore's Mutex, on one throwaway redis-server in
+ * one run. Each library gets its own 4 connections and is used as its README shows.
+ */
+export async function run(): Promise<void> {
+  const redis = await startRedisServer();
+  const clients: Redis[] = [];
+  const services: LockService[] = [];
+  const connect = () => {
+    const client = new Redis(redis.url);
+    clients.push(client);
+    return client;
+  };
+  try {
+    for (let i = 0; i < CONNECTIONS; i++) services.push(lockServiceOver(await createBackend({ type: 'redis', url: redis.url })));
+    const redlockRunners = (settings: { retryDelay: number; retryJitter: number }) =>
+      Array.from({ length: CONNECTIONS }, (): LockRunner => {
+        // retryCount -1: retry until it gets the lock, as a sale needs (the default 10 tries give up after ~2 s).
+        const redlock = new Redlock([connect()], { retryCount: -1, ...settings });
+        return async (name, section) => {
+          const lock = await redlock.acquire([name], LEASE_MS);
+          try {
+            await section();
+          } finally {
+            await lock.release();
+          }
+        };
+      });
+    const contenders: Contender[] = [
+      {
+        label: 'this library (redis)',
+        peer: false,
+        runners: services.map((service): LockRunner => (name, section) => service.withLock(name, section, { waitTimeoutMs: WAIT_MS, ttlMs: LEASE_MS })),
+      },
+      { label: 'redlock v5 (retryDelay 200, jitter 200: defaults)', peer: true, runners: redlockRunners({ retryDelay: 200, retryJitter: 200 }) },
+      { label: 'redlock v5 (tuned: retryDelay 10, jitter 10)', peer: true, runners: redlockRunners({ retryDelay: 10, retryJitter: 10 }) },
+      {
+        label: 'redis-semaphore Mutex (retryInterval 10: default)',
+        peer: true,
+        runners: Array.from({ length: CONNECTIONS }, (): LockRunner => {
+          const client = connect();
+          return async (name, section) => {
+            const mutex = new Mutex(client, name, { lockTimeout: LEASE_MS, acquireTimeout: WAIT_MS });
+            await mutex.acquire();
+            try {
+              await section();
+            } finally {
+              await mutex.release();
+            }
+          };
+        }),
+      },
+    ];
+
+    console.log(`redis-server ${redis.url}; uncontended: median of ${CYCLE_ROUNDS} rounds x ${CYCLES_PER_ROUND} cycles, libraries interleaved round by round after a warm-up round`);
+    const rounds = new Map<Contender, number[]>(contenders.map((c) => [c, []]));
+    for (const contender of contenders) await uncontendedCycles(contender.runners[0], 1, CYCLES_PER_ROUND);
+    for (let round = 0; round < CYCLE_ROUNDS; round++) {
+      for (const contender of contenders) rounds.get(contender)!.push((await uncontendedCycles(contender.runners[0], 1, CYCLES_PER_ROUND)).cyclesPerSecond);
+    }
+    const cycles = new Map<Contender, number>(contenders.map((c) => [c, median(rounds.get(c)!)]));
+    for (const contender of contenders) {
+      const perSecond = cycles.get(contender)!;
+      console.log(`uncontended ${contender.label}: ${Math.round(perSecond)} cycles/s (${(1000 / perSecond).toFixed(3)} ms per cycle)`);
+    }
+
+    console.log(`flash sale: ${CONNECTIONS} connections x ${BUYERS_PER_CONNECTION} buyers, stock ${STOCK}, one lock name, median of ${SALE_REPEATS}`);
+    const sales = new Map<Contender, FlashSaleResult>();
+    for (const contender of contenders) {
+      const result = await medianFlashSale(SALE_REPEATS, () => flashSale(contender.runners, BUYERS_PER_CONNECTION, STOCK));
+      sales.set(contender, result);
+      printFlashSale(contender.label, result);
+    }
+
+    const ours = contenders[0];
+    const peers = contenders.filter((c) => c.peer);
+    const bestCycle = peers.reduce((best, c) => (cycles.get(c)! > cycles.get(best)! ? c : best));
+    const bestSale = peers.reduce((best, c) => (sales.get(c)!.makespanMs < sales.get(best)!.makespanMs ? c : best));
+    console.log('ratios (this library / peer):');
+    for (const peer of peers) {
+      console.log(
+        `  vs ${peer.label}: uncontended ${formatRatio(cycles.get(ours)!, cycles.get(peer)!)} the cycles/s, ` +
+          `flash-sale makespan ${formatRatio(sales.get(ours)!.makespanMs, sales.get(peer)!.makespanMs)}`,
+      );
+    }
+    const cycleRatio = cycles.get(ours)! / cycles.get(bestCycle)!;
+    const saleRatio = sales.get(ours)!.makespanMs / sales.get(bestSale)!.makespanMs;
+    console.log(`target uncontended >= 0.90x the best peer (${bestCycle.label}): ${cycleRatio.toFixed(2)}x ${cycleRatio >= 0.9 ? 'MET' : 'MISSED'}`);
+    console.log(`target makespan <= 0.10x the best peer (${bestSale.label}): ${saleRatio.toFixed(2)}x ${saleRatio <= 0.1 ? 'MET' : 'MISSED'}`);
+  } finally {
+    await Promise.all(services.map((service) => service.onApplicationShutdown()));
+    for (const client of clients) client.disconnect();
+    await redis.stop();
+  }
+}

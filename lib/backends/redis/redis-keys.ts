@@ -19,7 +19,7 @@ export interface LockKeys {
 }
 
 export function lockKeys(key: string): LockKeys {
-  const tag = `{${key.replace(/[%{}]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)}}`;
+  const tag = `{${/[%{}]/.test(key) ? key.replace(/[%{}]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`) : key}}`;
   return {
     owner: `${tag}:owner`,
     fence: `${tag}:fence`,

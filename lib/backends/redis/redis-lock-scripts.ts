@@ -50,10 +50,12 @@ local function hand_off(channel_prefix, raw_key)
 end
 
 -- A holder whose lease ran out leaves the key to the queue, not to whoever asks next.
+-- Returns whether the key is (still) free.
 local function hand_off_if_expired(channel_prefix, raw_key)
-  if redis.call('exists', KEYS[1]) == 0 and redis.call('llen', KEYS[3]) > 0 then
-    hand_off(channel_prefix, raw_key)
-  end
+  if redis.call('exists', KEYS[1]) == 1 then return false end
+  if redis.call('llen', KEYS[3]) == 0 then return true end
+  hand_off(channel_prefix, raw_key)
+  return redis.call('exists', KEYS[1]) == 0
 end
 
 local function keep_for(key, ms)
@@ -81,8 +83,7 @@ end
 export const acquireScript = new RedisScript<[1, string] | [0, number]>(
   'acquire',
   `${COMMON}
-hand_off_if_expired(ARGV[5], ARGV[6])
-if redis.call('exists', KEYS[1]) == 0 then
+if hand_off_if_expired(ARGV[5], ARGV[6]) then
   return {1, grant(ARGV[1], ARGV[2])}
 end
 if ARGV[7] == '1' then

@@ -1,5 +1,6 @@
 import { Logger } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import { DistributedLockError } from '../../errors';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
 import { openConnections, type RedisConnections } from './redis-connection';
@@ -45,7 +46,12 @@ export class RedisLockBackend implements LockBackend {
   private readonly channel = GRANT_CHANNEL_PREFIX + this.clientId;
   private readonly waiting = new Map<string, Waiter>();
   private readonly watches = new Map<string, KeyWatch>();
-  private readonly held = new Map<string, { grant: LockGrant; lost: AbortController }>();
+  private readonly held = new Map<string, LockGrant>();
+  /**
+   * Redis cannot tell us a lease is gone without being asked (renewal asks), so the only loss the
+   * backend reports itself is its own closing: one signal shared by every grant, fired by close().
+   */
+  private readonly closing = new AbortController();
   private connections!: RedisConnections;
   private closed = false;
 
@@ -58,7 +64,9 @@ export class RedisLockBackend implements LockBackend {
     return backend;
   }
 
-  private constructor() {}
+  private constructor() {
+    setMaxListeners(0, this.closing.signal); // every held lease listens to it
+  }
 
   async acquire({ key, owner, ttlMs, signal }: AcquireRequest): Promise<LockGrant> {
     this.assertOpen();
@@ -83,10 +91,14 @@ export class RedisLockBackend implements LockBackend {
       };
       // Registered before the script runs: the grant message can overtake the script's reply.
       this.waiting.set(owner, waiter);
-      this.watch(waiter);
       signal.addEventListener('abort', onAbort, { once: true });
       this.runAcquire(key, owner, ttl, true).then(
-        (reply) => (reply[0] === 1 ? this.deliver(key, owner, reply[1]) : this.scheduleCheck(key, reply[1])),
+        (reply) => {
+          if (reply[0] === 1) return this.deliver(key, owner, reply[1]);
+          if (this.waiting.get(owner) !== waiter) return; // granted (the message came first) or gave up
+          this.watch(waiter);
+          this.scheduleCheck(key, reply[1]);
+        },
         (error) => waiter.settle(undefined, error),
       );
     });
@@ -118,10 +130,8 @@ export class RedisLockBackend implements LockBackend {
       waiter.settle(undefined, closedError);
       pending.push(this.cancelAtServer(waiter.key, waiter.owner));
     }
-    for (const { grant, lost } of [...this.held.values()]) {
-      lost.abort(new DistributedLockError(`The redis lock backend was closed while "${grant.key}" was held.`));
-      pending.push(this.release(grant).catch(() => undefined));
-    }
+    this.closing.abort(new DistributedLockError('The redis lock backend was closed while the lock was held.'));
+    for (const grant of [...this.held.values()]) pending.push(this.release(grant).catch(() => undefined));
     // Best effort: with the server unreachable the leases and queue entries expire on their own.
     await Promise.race([Promise.all(pending), new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
     this.connections.subscriber.disconnect();
@@ -222,9 +232,8 @@ export class RedisLockBackend implements LockBackend {
 
   /** A grant now held here: tracked so close() can fire its signal and release it. */
   private grantOf(key: string, owner: string, fence: string): LockGrant {
-    const lost = new AbortController();
-    const grant: LockGrant = { key, owner, fencingToken: BigInt(fence), lost: lost.signal };
-    this.held.set(owner, { grant, lost });
+    const grant: LockGrant = { key, owner, fencingToken: BigInt(fence), lost: this.closing.signal };
+    this.held.set(owner, grant);
     return grant;
   }
 

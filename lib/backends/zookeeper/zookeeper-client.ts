@@ -7,8 +7,8 @@ export interface ZkStat {
   /** 8-byte big-endian zxid of the create. */
   czxid: Buffer;
   mzxid: Buffer;
-  version: number;
   ephemeralOwner: Buffer;
+  numChildren: number;
 }
 
 export interface ZkError extends Error {
@@ -17,8 +17,9 @@ export interface ZkError extends Error {
 
 export interface ZkEvent {
   getType(): number;
-  getPath(): string;
 }
+
+export type ZkWatcher = (event: ZkEvent) => void;
 
 export interface ZkAcl {
   readonly permission: number;
@@ -39,9 +40,8 @@ export interface ZkClient {
   addAuthInfo(scheme: string, auth: Buffer): void;
   create(path: string, data: Buffer | null, acls: ZkAcl[], mode: number, callback: (error: ZkError | null, path: string) => void): void;
   remove(path: string, version: number, callback: (error: ZkError | null) => void): void;
-  exists(path: string, watcher: ((event: ZkEvent) => void) | undefined, callback: (error: ZkError | null, stat: ZkStat | null) => void): void;
-  getData(path: string, watcher: ((event: ZkEvent) => void) | undefined, callback: (error: ZkError | null, data: Buffer, stat: ZkStat) => void): void;
-  setData(path: string, data: Buffer, version: number, callback: (error: ZkError | null, stat: ZkStat) => void): void;
+  exists(path: string, watcher: ZkWatcher | undefined, callback: (error: ZkError | null, stat: ZkStat | null) => void): void;
+  getData(path: string, watcher: ZkWatcher | undefined, callback: (error: ZkError | null, data: Buffer, stat: ZkStat) => void): void;
   getChildren(path: string, callback: (error: ZkError | null, children: string[]) => void): void;
   transaction(): ZkTransaction;
 }
@@ -57,12 +57,9 @@ export interface ZkModule {
 export const ZkCode = {
   CONNECTION_LOSS: -4,
   NO_NODE: -101,
-  NO_AUTH: -102,
-  BAD_VERSION: -103,
   NODE_EXISTS: -110,
   NOT_EMPTY: -111,
   SESSION_EXPIRED: -112,
-  AUTH_FAILED: -115,
 } as const;
 
 /** Watcher event type: the watched node was deleted. */

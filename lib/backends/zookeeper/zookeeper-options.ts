@@ -60,8 +60,11 @@ export function resolveZooKeeperOptions(options: ZooKeeperBackendOptions): Resol
   }
   const chrootProblem = connection[1] && connection[1] !== '/' ? invalidPathReason(connection[1]) : undefined;
   if (chrootProblem) throw new LockConfigError('backend.connectionString', `the chroot ${JSON.stringify(connection[1])} ${chrootProblem}.`);
-  if (typeof sessionTimeoutMs !== 'number' || !Number.isInteger(sessionTimeoutMs) || sessionTimeoutMs < 100 || sessionTimeoutMs > 2 ** 31 - 1) {
-    throw new LockConfigError('backend.sessionTimeoutMs', `must be a whole number of milliseconds, at least 100, got ${String(sessionTimeoutMs)}.`);
+  if (!Number.isInteger(sessionTimeoutMs) || sessionTimeoutMs < 100 || sessionTimeoutMs > 2 ** 31 - 1) {
+    throw new LockConfigError(
+      'backend.sessionTimeoutMs',
+      `must be a whole number of milliseconds, at least 100, got ${String(sessionTimeoutMs)}.`,
+    );
   }
   if (!Array.isArray(auth) || !auth.every((entry) => entry?.scheme === 'digest' && /^[^:]+:.*$/s.test(String(entry.credentials)))) {
     throw new LockConfigError('backend.auth', "must be a list of { scheme: 'digest', credentials: 'user:password' }.");
@@ -76,7 +79,8 @@ export function resolveZooKeeperOptions(options: ZooKeeperBackendOptions): Resol
   if (acl.some((entry) => entry.scheme === 'auth') && auth.length === 0) {
     throw new LockConfigError('backend.acl', "an 'auth' scheme entry grants the session's own credentials: set backend.auth too.");
   }
-  const rootProblem = typeof rootPath === 'string' ? (rootPath === '/' ? 'must not be the root itself' : invalidPathReason(rootPath)) : 'must be a string';
+  const rootProblem =
+    typeof rootPath !== 'string' ? 'must be a string' : rootPath === '/' ? 'must not be the root itself' : invalidPathReason(rootPath);
   if (rootProblem) throw new LockConfigError('backend.rootPath', `${JSON.stringify(rootPath)} ${rootProblem}, e.g. '/distributed-lock'.`);
   if (rootPath === '/zookeeper' || rootPath.startsWith('/zookeeper/')) {
     throw new LockConfigError('backend.rootPath', '/zookeeper is reserved by the server.');

@@ -4,6 +4,13 @@ import { ZkCode, zkCode, type ZkAcl, type ZkClient, type ZkError, type ZkEvent, 
 import { permissionMask, type ResolvedZooKeeperOptions } from './zookeeper-options';
 
 /**
+ * An idle session is heard from at least every 2/6 of its timeout (a heartbeat is sent when
+ * nothing was answered for 1/6), leaving 2/3 of the timeout for a slow reply or a busy event
+ * loop before a healthy session would be taken for dead.
+ */
+const HEARTBEATS_PER_TIMEOUT = 6;
+
+/**
  * The session is gone, or may be: every lock node of it is (or will soon be) deleted by the
  * server. Holders are told through their lost signal; waiters start again on a new session.
  * A transport error like the client's own, so LockService wraps it in LockBackendError.
@@ -22,7 +29,7 @@ export class ZooKeeperSessionLostError extends Error {
 export class ZooKeeperSession {
   /** Resolves on the first connection; rejects if the session dies first. */
   readonly connected: Promise<void>;
-  readonly acl: ZkAcl[];
+  private readonly acl: ZkAcl[];
   private readonly client: ZkClient;
   private readonly pending = new Set<(reason: Error) => void>();
   private readonly deathListeners = new Set<(reason: Error) => void>();
@@ -64,7 +71,10 @@ export class ZooKeeperSession {
       this.kill(new LockBackendError('zookeeper', 'authenticate', new Error('the server refused the digest credentials (backend.auth)'))),
     );
     this.connectTimer = setTimeout(
-      () => this.kill(new ZooKeeperSessionLostError(`Could not connect to ZooKeeper at ${options.connectionString} within ${this.timeoutMs} ms.`)),
+      () =>
+        this.kill(
+          new ZooKeeperSessionLostError(`Could not connect to ZooKeeper at ${options.connectionString} within ${this.timeoutMs} ms.`),
+        ),
       this.timeoutMs,
     );
     this.connectTimer.unref();
@@ -73,11 +83,6 @@ export class ZooKeeperSession {
 
   get alive(): boolean {
     return this.deadReason === undefined;
-  }
-
-  /** The negotiated session id, hex, for messages. */
-  get id(): string {
-    return this.sessionId;
   }
 
   /** Calls `listener` once when the session dies (at once if it already has); returns an unsubscribe. */
@@ -90,23 +95,27 @@ export class ZooKeeperSession {
     return () => this.deathListeners.delete(listener);
   }
 
-  create(path: string, data: Buffer | null, ephemeralSequential: boolean): Promise<string> {
-    const mode = ephemeralSequential ? this.zk.CreateMode.EPHEMERAL_SEQUENTIAL : this.zk.CreateMode.PERSISTENT;
-    return this.call((done) => this.client.create(path, data, this.acl, mode, done));
+  /** A persistent node (the root's segments, a lock name's parent) with the configured ACL. */
+  createPersistent(path: string): Promise<string> {
+    return this.call((done) => this.client.create(path, null, this.acl, this.zk.CreateMode.PERSISTENT, done));
   }
 
   /**
    * Creates an ephemeral sequential node and touches its parent in one transaction: both get
    * the transaction's zxid, so the parent's new mzxid is the node's czxid, without a second
-   * round trip to read it.
+   * round trip to read it; and the parent's numChildren right after says whether we are alone.
    */
-  createWithZxid(parent: string, nodePrefix: string, data: Buffer): Promise<{ path: string; czxid: Buffer }> {
+  createWithZxid(parent: string, nodePrefix: string, data: Buffer): Promise<{ path: string; czxid: Buffer; siblings: number }> {
     return this.call((done) =>
       this.client
         .transaction()
         .create(`${parent}/${nodePrefix}`, data, this.acl, this.zk.CreateMode.EPHEMERAL_SEQUENTIAL)
         .setData(parent, null, -1)
-        .commit((error, results) => done(error, error ? undefined : { path: results[0].path!, czxid: results[1].stat!.mzxid })),
+        .commit((error, results) => {
+          if (error) return done(error);
+          const parentStat = results[1].stat!;
+          done(null, { path: results[0].path!, czxid: parentStat.mzxid, siblings: parentStat.numChildren - 1 });
+        }),
     );
   }
 
@@ -122,14 +131,6 @@ export class ZooKeeperSession {
   /** Leaves a watch on an existing node (none when it is missing: the call then fails with NO_NODE). */
   watchData(path: string, watcher: (event: ZkEvent) => void): Promise<void> {
     return this.call((done) => this.client.getData(path, watcher, (error) => done(error)));
-  }
-
-  getData(path: string): Promise<{ data: Buffer; stat: ZkStat }> {
-    return this.call((done) => this.client.getData(path, undefined, (error, data, stat) => done(error, { data, stat })));
-  }
-
-  setData(path: string, data: Buffer, version: number): Promise<ZkStat> {
-    return this.call((done) => this.client.setData(path, data, version, done));
   }
 
   getChildren(path: string): Promise<string[]> {
@@ -188,7 +189,7 @@ export class ZooKeeperSession {
     this.sessionId = this.client.getSessionId().toString('hex');
     // The server created the session just before this reply; nothing is held on it yet.
     this.lastContactAt = performance.now();
-    this.heartbeatTimer = setInterval(() => this.heartbeat(), this.timeoutMs / 3);
+    this.heartbeatTimer = setInterval(() => this.heartbeat(), this.timeoutMs / HEARTBEATS_PER_TIMEOUT);
     this.heartbeatTimer.unref();
     this.armLiveness();
   }
@@ -199,7 +200,7 @@ export class ZooKeeperSession {
    * lately, keeps `lastContactAt` honest.
    */
   private heartbeat(): void {
-    if (this.heartbeatInFlight || !this.alive || performance.now() - this.lastContactAt < this.timeoutMs / 3) return;
+    if (this.heartbeatInFlight || !this.alive || performance.now() - this.lastContactAt < this.timeoutMs / HEARTBEATS_PER_TIMEOUT) return;
     this.heartbeatInFlight = true;
     this.exists('/')
       .catch(() => undefined)

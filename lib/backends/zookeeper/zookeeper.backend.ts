@@ -14,6 +14,7 @@ interface Holding {
   readonly lost: AbortController;
   releasing: boolean;
   stopWatchingSession: () => void;
+  watchTimer?: NodeJS.Timeout;
 }
 
 interface LockNode {
@@ -30,6 +31,12 @@ const RETRY_PAUSE_MS = 100;
  * again, one more fsync'd write each way.
  */
 export const PARENT_IDLE_MS = 1_000;
+/**
+ * A holder watches its own node only once it has held it this long: most critical sections are
+ * shorter, and the watch would be a quarter of their cost. A node deleted sooner is still
+ * noticed when the watch is set (it is already gone), so the signal is at most this late.
+ */
+export const OWN_NODE_WATCH_DELAY_MS = 50;
 
 /**
  * A fair lock on ephemeral sequential nodes, as Curator's InterProcessMutex: each acquisition
@@ -37,10 +44,11 @@ export const PARENT_IDLE_MS = 1_000;
  * holds; a waiter watches only the node just before its own. One session per backend; a lock
  * lives exactly as long as its node, and its node as long as the session.
  *
- * Round trips: acquire uncontended 1 (parent create if unknown + create/touch transaction +
- * children list, pipelined); release 1 (delete); handoff: the waiter is told by the server's
- * watch event and, when its predecessor was the holder, owns the lock at once (0 further round
- * trips). Empty parents are removed after PARENT_IDLE_MS without use, and at close().
+ * Round trips: acquire uncontended 1 (parent create if unknown + create/touch transaction,
+ * pipelined), contended 2 (+ the children list); release 1 (delete); handoff: the waiter is
+ * told by the server's watch event and, when its predecessor was the holder, owns the lock at
+ * once (0 further round trips). Empty parents are removed after PARENT_IDLE_MS without use,
+ * and at close().
  */
 export class ZooKeeperLockBackend implements LockBackend {
   readonly name = 'zookeeper';
@@ -111,6 +119,7 @@ export class ZooKeeperLockBackend implements LockBackend {
     this.held.delete(grant.owner);
     holding.releasing = true;
     holding.stopWatchingSession();
+    clearTimeout(holding.watchTimer);
     const { session, path } = holding;
     // A dead session's nodes are deleted by the server; a new session never touches them.
     if (!session.alive) return;
@@ -147,7 +156,7 @@ export class ZooKeeperLockBackend implements LockBackend {
     try {
       const created = await this.createNode(session, parent, owner);
       node = created.node;
-      let children = created.children;
+      let children = created.children ?? (await repeatOnConnectionLoss(() => session.getChildren(parent)));
       for (;;) {
         const queue = sortedLockNodes(children);
         const at = queue.indexOf(node.name);
@@ -172,22 +181,25 @@ export class ZooKeeperLockBackend implements LockBackend {
 
   /**
    * Creates our lock node, in one round trip when nothing goes wrong: [create the parent if this
-   * client has not seen it] + [create the node and touch the parent, one transaction] +
-   * [list the parent], pipelined on the session (the server answers them in order).
+   * client has not seen it] + [create the node and touch the parent, one transaction], pipelined
+   * on the session (the server answers in order). `children` is known without asking when the
+   * node has no siblings (alone, it holds the lock); otherwise the caller lists them.
    */
-  private async createNode(session: ZooKeeperSession, parent: string, owner: string): Promise<{ node: LockNode; children: string[] }> {
+  private async createNode(session: ZooKeeperSession, parent: string, owner: string): Promise<{ node: LockNode; children?: string[] }> {
     const prefix = protectedPrefix(randomUUID());
     const data = Buffer.from(owner);
     for (let round = 0; ; round++) {
-      const ensured = this.knownParents.has(parent) ? undefined : session.create(parent, null, false).then(() => undefined, (error: unknown) => error);
-      const created = session.createWithZxid(parent, prefix, data);
-      const listed = session.getChildren(parent);
-      listed.catch(() => undefined);
+      const ensured = this.knownParents.has(parent)
+        ? undefined
+        : session.createPersistent(parent).then(
+            () => undefined,
+            (error: unknown) => error,
+          );
       try {
-        const { path, czxid } = await created;
+        const { path, czxid, siblings } = await session.createWithZxid(parent, prefix, data);
         this.knownParents.add(parent);
-        const children = await listed.catch(() => repeatOnConnectionLoss(() => session.getChildren(parent)));
-        return { node: { path, name: path.slice(parent.length + 1), czxid: zxidOf(czxid) }, children };
+        const name = path.slice(parent.length + 1);
+        return { node: { path, name, czxid: zxidOf(czxid) }, children: siblings === 0 ? [name] : undefined };
       } catch (error) {
         if (round >= 10) throw error;
         const code = zkCode(error);
@@ -204,7 +216,11 @@ export class ZooKeeperLockBackend implements LockBackend {
     }
   }
 
-  private async findNode(session: ZooKeeperSession, parent: string, prefix: string): Promise<{ node: LockNode; children: string[] } | undefined> {
+  private async findNode(
+    session: ZooKeeperSession,
+    parent: string,
+    prefix: string,
+  ): Promise<{ node: LockNode; children: string[] } | undefined> {
     let children: string[];
     try {
       children = await repeatOnConnectionLoss(() => session.getChildren(parent));
@@ -225,7 +241,7 @@ export class ZooKeeperLockBackend implements LockBackend {
     for (const segment of this.options.rootPath.slice(1).split('/')) {
       path += `/${segment}`;
       try {
-        await repeatOnConnectionLoss(() => session.create(path, null, false));
+        await repeatOnConnectionLoss(() => session.createPersistent(path));
       } catch (error) {
         if (zkCode(error) !== ZkCode.NODE_EXISTS) throw error;
       }
@@ -300,19 +316,20 @@ export class ZooKeeperLockBackend implements LockBackend {
     this.held.set(owner, holding);
     // Session expiry (or silence for as long as it would take) ends every lock of the session at once.
     holding.stopWatchingSession = session.onDeath((reason) => this.lose(holding, reason));
-    // A watch on our own node, sent without waiting for it: a deletion we did not make is known at once.
-    session
-      .exists(node.path, (event) => {
-        if (event.getType() === NODE_DELETED) this.lose(holding, new DistributedLockError(`Lock node ${node.path} was deleted by another client.`));
-      })
-      .then(
-        (stat) => stat || this.lose(holding, new DistributedLockError(`Lock node ${node.path} was deleted by another client.`)),
-        () => undefined,
-      );
+    // A watch on our own node: a deletion we did not make (an operator, a script) is known at once.
+    const deleted = () => this.lose(holding, new DistributedLockError(`Lock node ${node.path} was deleted by another client.`));
+    holding.watchTimer = setTimeout(() => {
+      if (holding.releasing || !session.alive) return;
+      session
+        .exists(node.path, (event) => event.getType() === NODE_DELETED && deleted())
+        .then((stat) => stat || deleted(), () => undefined);
+    }, OWN_NODE_WATCH_DELAY_MS);
+    holding.watchTimer.unref();
     return holding;
   }
 
   private lose(holding: Holding, reason: Error): void {
+    clearTimeout(holding.watchTimer);
     if (holding.releasing || holding.lost.signal.aborted) return;
     holding.lost.abort(reason);
   }

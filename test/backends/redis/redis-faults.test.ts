@@ -117,6 +117,32 @@ describe('redis backend under faults', () => {
     await holding.release();
   });
 
+  it('a waiter whose process died is skipped once stale, and holds the lock at most its ttl before that', async (t) => {
+    const name = newName();
+    const [first, next] = [await service(), await service()];
+    // Its process checks in every ttl/3 = 333 ms; silent for staleAfterMs (3 x 333 + 1000) it is dead.
+    const staleAfterMs = 2_000;
+    for (const releaseAfterKillMs of [staleAfterMs + 500, 0]) {
+      const holding = await first.acquire(name);
+      const dead = await holder();
+      dead.acquire(name).catch(() => undefined); // queued first, then killed while waiting
+      await sleep(200);
+      // The same ttl as the dead waiter: its checks (every ttl/3) then see that lease's end in time.
+      const waiting = next.acquire(name, { waitTimeoutMs: 10_000, ttlMs: TTL_MS });
+      await sleep(100);
+      dead.kill('SIGKILL');
+      await sleep(releaseAfterKillMs);
+      const releasedAt = Date.now();
+      await holding.release();
+      const lock = await waiting;
+      const waitedMs = Date.now() - releasedAt;
+      t.diagnostic(`release ${releaseAfterKillMs} ms after the queued process died: next live waiter served after ${waitedMs} ms`);
+      const boundMs = releaseAfterKillMs > staleAfterMs ? HANDOFF_BOUND_MS : TTL_MS + HANDOFF_BOUND_MS;
+      assert.ok(waitedMs <= boundMs, `the live waiter waited ${waitedMs} ms behind a dead one (bound ${boundMs} ms)`);
+      await lock.release();
+    }
+  });
+
   it("a wrong owner's release or extend never affects the holder", async () => {
     const name = newName();
     const holderBackend = await createBackend({ type: 'redis', url: redis.url });

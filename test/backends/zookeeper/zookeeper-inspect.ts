@@ -33,6 +33,13 @@ export class ZooKeeperInspector {
     return nodes;
   }
 
+  /** The node's czxid as a number (the fencing token of a lock node), or undefined when it does not exist. */
+  czxid(path: string): Promise<bigint | undefined> {
+    return new Promise((resolve, reject) =>
+      this.client.exists(path, (error, stat) => (error ? reject(error) : resolve(stat ? stat.czxid.readBigInt64BE(0) : undefined))),
+    );
+  }
+
   remove(path: string): Promise<void> {
     return new Promise((resolve, reject) => this.client.remove(path, -1, (error) => (error ? reject(error) : resolve())));
   }

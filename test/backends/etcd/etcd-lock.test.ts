@@ -1,0 +1,189 @@
+import assert from 'node:assert/strict';
+import { after, afterEach, before, describe, it } from 'node:test';
+import { Etcd3 } from 'etcd3';
+import { LockBackendError, type LockBackend, type LockGrant } from '../../../lib';
+import { createEtcdBackend } from '../../../lib/backends/etcd/etcd.backend';
+import { lockKeys } from '../../../lib/backends/etcd/etcd-keys';
+import { deleteOwnTxn } from '../../../lib/backends/etcd/etcd-requests';
+import { EtcdCluster } from '../../support/etcd-server';
+import { HolderProcess } from '../../support/holder-process';
+import { abortedWithin, sleep } from '../../support/timing';
+
+const never = new AbortController().signal;
+const request = (key: string, owner: string, signal = never) => ({ key, owner, ttlMs: 30_000, signal });
+
+describe('etcd backend', () => {
+  let cluster: EtcdCluster;
+  let admin: Etcd3;
+  const backends: LockBackend[] = [];
+  let seq = 0;
+  const newKey = () => `etcd-test-${process.pid}-${++seq}`;
+  const backend = (options: { sessionTtlMs?: number; client?: Etcd3 } = {}) => {
+    const created = createEtcdBackend({ type: 'etcd', ...(options.client ? { client: options.client } : { hosts: cluster.hosts }), sessionTtlMs: options.sessionTtlMs });
+    backends.push(created);
+    return created;
+  };
+  /** The session lease of a held lock, read from etcd. */
+  const leaseOf = async (key: string) => (await admin.getAll().prefix(`${key}/`).exec()).kvs[0].lease;
+
+  before(async () => {
+    cluster = await EtcdCluster.start(1);
+    admin = new Etcd3({ hosts: cluster.hosts });
+  });
+  afterEach(async () => {
+    await Promise.all(backends.splice(0).map((b) => b.close()));
+  });
+  after(async () => {
+    admin.close();
+    await cluster.stop();
+  });
+
+  it('takes a free lock in one transaction and releases it in one, two writes in all', async () => {
+    const client = new Etcd3({ hosts: cluster.hosts });
+    try {
+      const txns: string[] = [];
+      const txn = client.kv.txn.bind(client.kv);
+      client.kv.txn = (req, options) => {
+        txns.push(req.success?.some((op) => op.request_put) ? 'put' : req.success?.some((op) => op.request_delete_range) ? 'delete' : 'read');
+        return txn(req, options);
+      };
+      const locks = backend({ client });
+      await locks.release((await locks.acquire(request(newKey(), 'warm-up')))!);
+      txns.length = 0;
+      const revisionBefore = BigInt((await admin.kv.range({ key: Buffer.from('x') })).header.revision);
+      const grant = await locks.acquire(request(newKey(), 'o1'));
+      assert.deepEqual(txns, ['put'], 'an uncontended acquire took more than one transaction');
+      await locks.release(grant);
+      assert.deepEqual(txns, ['put', 'delete']);
+      const revisionAfter = BigInt((await admin.kv.range({ key: Buffer.from('x') })).header.revision);
+      assert.equal(revisionAfter - revisionBefore, 2n);
+      assert.equal(grant.fencingToken, revisionBefore + 1n, 'the fencing token is not the key create revision');
+    } finally {
+      client.close();
+    }
+  });
+
+  it('a retried release (an older create revision of the same key) never deletes the newer lock', async () => {
+    const key = newKey();
+    const keys = lockKeys(key, '1', 'owner');
+    await admin.put(keys.own).value('');
+    const older = BigInt((await admin.get(keys.own).exec()).kvs[0].create_revision);
+    await admin.kv.txn(deleteOwnTxn(keys, older));
+    await admin.put(keys.own).value('');
+    // The first delete's answer was lost; the retry arrives after the key was created again.
+    await admin.kv.txn(deleteOwnTxn(keys, older));
+    assert.equal((await admin.get(keys.own).exec()).kvs.length, 1, 'the retried release deleted the newer key');
+
+    // Through the backend: a stale grant of a reused owner id releases nothing.
+    const [a, b] = [backend(), backend()];
+    const first = await a.acquire(request(key, 'reused'));
+    await a.release(first);
+    const second = await a.acquire(request(key, 'reused'));
+    assert.ok(second.fencingToken > first.fencingToken);
+    await a.release(first);
+    assert.equal(await b.tryAcquire(request(key, 'other')), null, 'releasing the stale grant freed the newer lock');
+    await a.release(second);
+    assert.ok(await b.tryAcquire(request(key, 'other')));
+  });
+
+  it('keeps lock names apart: "n", "n/x" and "n%2Fx" never share a queue', async () => {
+    const key = newKey();
+    const [a, b] = [backend(), backend()];
+    const held = [await a.tryAcquire(request(key, 'a1')), await a.tryAcquire(request(`${key}/x`, 'a2'))];
+    assert.ok(held.every(Boolean), 'a name and its "/" extension blocked each other');
+    assert.ok(await b.tryAcquire(request(`${key}%2Fx`, 'b1')), '"%2F" collided with "/"');
+    assert.equal(await b.tryAcquire(request(`${key}/x`, 'b2')), null);
+  });
+
+  it('moves the queue on when waiters in the middle give up', async () => {
+    const key = newKey();
+    const [a, b, c, d] = [backend(), backend(), backend(), backend()];
+    const holder = await a.acquire(request(key, 'h'));
+    const leaving1 = new AbortController();
+    const leaving2 = new AbortController();
+    const first = b.acquire(request(key, 'w1', leaving1.signal));
+    await sleep(30);
+    const second = c.acquire(request(key, 'w2', leaving2.signal));
+    await sleep(30);
+    const third = d.acquire(request(key, 'w3'));
+    await sleep(30);
+    // w3 watches w2, w2 watches w1: both leave, so w3 must find the holder as its predecessor.
+    leaving2.abort(new Error('w2 gave up'));
+    leaving1.abort(new Error('w1 gave up'));
+    await assert.rejects(first, /w1 gave up/);
+    await assert.rejects(second, /w2 gave up/);
+    await sleep(50);
+    const started = Date.now();
+    await a.release(holder);
+    const grant = await third;
+    assert.ok(Date.now() - started < 1_000, `the last waiter got the lock ${Date.now() - started} ms after the release`);
+    assert.ok(grant.fencingToken > holder.fencingToken);
+  });
+
+  it('on session loss fires every lock of the session, fails its waiters, and opens a new session after', async () => {
+    const [locks, other] = [backend({ sessionTtlMs: 3_000 }), backend()];
+    const [k1, k2, k3] = [newKey(), newKey(), newKey()];
+    const held = [(await locks.tryAcquire(request(k1, 'a')))!, (await locks.tryAcquire(request(k2, 'b')))!];
+    const blocker = (await other.tryAcquire(request(k3, 'c')))!;
+    const waiting = locks.acquire(request(k3, 'w'));
+    const settled = waiting.then(
+      () => 'granted',
+      (error: unknown) => error,
+    );
+    await sleep(50);
+    const lease = await leaseOf(k1);
+    await admin.leaseClient.leaseRevoke({ ID: lease });
+    const revoked = Date.now();
+    // Noticed at the next keepalive answer (every ttl / 3 = 1 s) at the latest.
+    await abortedWithin(held[0].lost, 1_500);
+    const noticedMs = Date.now() - revoked;
+    assert.equal(held[1].lost.aborted, true, 'one lock of the lost session stayed held');
+    const outcome = await settled;
+    assert.ok(outcome instanceof LockBackendError, `the waiter of a lost session got ${String(outcome)}`);
+    await other.release(blocker);
+    assert.equal(await locks.renew(held[0]), false);
+    const again = await locks.tryAcquire(request(k1, 'a2'));
+    assert.ok(again, 'no new session after the loss');
+    assert.notEqual(await leaseOf(k1), lease);
+    console.log(`session revoke noticed after ${noticedMs} ms`);
+  });
+
+  it("fires the locks' signals by the session deadline when etcd stops answering", async () => {
+    const locks = backend({ sessionTtlMs: 2_000 });
+    const grant = (await locks.tryAcquire(request(newKey(), 'p')))!;
+    await sleep(800);
+    cluster.pause(0);
+    const paused = Date.now();
+    try {
+      // The last keepalive answered was sent at most ttl / 3 before the pause.
+      await abortedWithin(grant.lost, 2_500);
+      const firedMs = Date.now() - paused;
+      assert.ok(firedMs <= 2_000 + 100, `lost fired ${firedMs} ms after etcd stopped, past the 2 s session`);
+      console.log(`session deadline fired ${firedMs} ms after etcd stopped answering`);
+    } finally {
+      cluster.resume(0);
+    }
+    await cluster.waitHealthy(10_000);
+  });
+
+  it('hands a SIGKILLed holder\'s lock to a waiter within the session ttl plus 1.5 s', async () => {
+    const sessionTtlMs = 2_000;
+    const key = newKey();
+    const holder = await HolderProcess.start('etcd', { hosts: cluster.hosts.join(','), sessionTtlMs: String(sessionTtlMs) }, 30_000);
+    try {
+      const token = await holder.acquire(key);
+      const waiting: Promise<LockGrant> = backend().acquire(request(key, 'next'));
+      await sleep(100);
+      holder.kill('SIGKILL');
+      const killed = Date.now();
+      const grant = await waiting;
+      const waitedMs = Date.now() - killed;
+      assert.ok(grant.fencingToken > token);
+      // etcd checks lease expiry every 500 ms; then the revoke commits and the watch fires.
+      assert.ok(waitedMs <= sessionTtlMs + 1_500, `the waiter got the lock ${waitedMs} ms after the kill`);
+      console.log(`SIGKILLed holder: lock handed on ${waitedMs} ms after the kill (session ${sessionTtlMs} ms)`);
+    } finally {
+      await holder.stop();
+    }
+  });
+});
