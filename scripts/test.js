@@ -3,12 +3,14 @@
 // with node's own test runner. `node scripts/test.js <substring>` runs only matching files.
 'use strict';
 const { spawnSync } = require('node:child_process');
-const { readdirSync, statSync } = require('node:fs');
+const { readdirSync, rmSync, statSync } = require('node:fs');
 const path = require('node:path');
 
 const root = path.resolve(__dirname, '..');
 require('./ensure-test-servers').ensureTestServers();
 
+// A clean build: compiled files of renamed or deleted tests must not run.
+rmSync(path.join(root, 'dist'), { recursive: true, force: true });
 const compiled = spawnSync(process.execPath, [require.resolve('typescript/bin/tsc'), '-p', path.join(root, 'tsconfig.json')], {
   stdio: 'inherit',
   cwd: root,
@@ -21,7 +23,17 @@ if (files.length === 0) {
   console.error(`no test files${filter ? ` matching "${filter}"` : ''} under dist/test`);
   process.exit(1);
 }
-const result = spawnSync(process.execPath, ['--test', '--test-concurrency=1', ...files], { stdio: 'inherit', cwd: root });
+// One file at a time: the fault tests kill, pause and restart servers and measure time bounds,
+// and the machine has two cores. A test that hangs fails after TEST_TIMEOUT_MS instead of
+// holding the run until CI's own limit.
+const TEST_TIMEOUT_MS = 120_000;
+const result = spawnSync(
+  process.execPath,
+  ['--test', '--test-concurrency=1', `--test-timeout=${TEST_TIMEOUT_MS}`, '--test-force-exit', '--test-reporter=spec', ...files],
+  // The whole run's own bound, well inside CI's 90 minutes (it takes about 2 minutes).
+  { stdio: 'inherit', cwd: root, timeout: 30 * 60_000, killSignal: 'SIGKILL' },
+);
+if (result.error) console.error(`test run stopped: ${result.error.message}`);
 process.exit(result.status ?? 1);
 
 function findTests(dir) {

@@ -1,4 +1,3 @@
-import { Redis } from 'ioredis';
 import { startRedisServer } from '../../test/support/redis-server';
 import { RedisStockStore } from '../inventory/redis-stock.store';
 import type { SampleBackend } from './sample-backend';
@@ -12,5 +11,6 @@ export const redisSampleBackend: SampleBackend = {
     return { connection: { url: server.url }, stop: () => server.stop() };
   },
   lockBackend: (connection) => ({ type: 'redis', url: connection.url }),
-  stockStore: async (connection) => new RedisStockStore(new Redis(connection.url)),
+  // ioredis is loaded only when this backend is chosen, like the library's own backend.
+  stockStore: async (connection) => new RedisStockStore(new (await import('ioredis')).Redis(connection.url)),
 };

@@ -22,12 +22,18 @@ export interface AcquisitionOutcome {
 const RECHECK_RETRY_MS = 200;
 
 /**
+ * With at least this many keys before ours, the predecessor will not go within etcd's 100 ms
+ * watch catch-up: watch from the revision we read at (no check needed) instead of from now.
+ */
+const FAR_IN_QUEUE = 8;
+
+/**
  * One waiter in the queue of one lock name (etcd's concurrency.Mutex recipe): put our key, and
- * while it is not the lowest, watch only the key just before it for deletion (no herd). On every
- * wake-up, recheck in one read-only
- * transaction that our key still exists and which key is now before it (the predecessor may
- * have been a waiter that gave up, so another one may remain), and that the session is alive:
- * a waiter whose key or session expired gets an error, never the lock (Jepsen 2020, etcd 11456).
+ * while it is not the lowest, wait only for the deletion of the key just before it (no herd).
+ * On every wake-up, recheck in one read-only transaction that our key still exists and which key
+ * is now before it (the predecessor may have been a waiter that gave up, so another one may
+ * remain), and that the session is alive: a waiter whose key or session expired gets an error,
+ * never the lock (Jepsen 2020, etcd issue 11456).
  */
 export class EtcdAcquisition implements LocalFollower {
   private revision?: bigint;
@@ -45,8 +51,8 @@ export class EtcdAcquisition implements LocalFollower {
     readonly keys: LockKeys,
     /** A transaction with the backend's deadline and lease-loss detection. */
     private readonly txn: (request: ITxnRequest) => Promise<ITxnResponse>,
-    private readonly outcome: AcquisitionOutcome,
     private readonly localFollowers: LocalFollowers,
+    private readonly outcome: AcquisitionOutcome,
   ) {}
 
   /** One round trip: put + read the key before ours; none means the lock is ours. */
@@ -67,9 +73,10 @@ export class EtcdAcquisition implements LocalFollower {
     if (this.state === 'failed') return this.outcome.cleanup(this.revision);
     if (this.revision === undefined) return this.fail(this.sessionLost());
     if (!response.succeeded) return void this.recheck();
-    const before = rangeKvs(response, 1).find((kv) => createRevision(kv) < this.revision!);
+    const newest = response.responses[1].response_range;
+    const before = newest.kvs.find((kv) => createRevision(kv) < this.revision!);
     if (!before) return this.grant();
-    this.follow(before, this.revision);
+    this.follow(before, this.revision, Number(newest.count) - 1);
   }
 
   /**
@@ -93,24 +100,27 @@ export class EtcdAcquisition implements LocalFollower {
   }
 
   /**
-   * Waits for the deletion of `predecessor`, read at `readRevision`: through this process when
-   * the key is ours too (see LocalFollowers), else through a watch.
+   * Waits for the deletion of `predecessor`, read at `readRevision` with `ahead` keys before
+   * ours: through this process when the key is ours too (see LocalFollowers), else a watch.
    */
-  private follow(predecessor: IKeyValue, readRevision: bigint): void {
+  private follow(predecessor: IKeyValue, readRevision: bigint, ahead: number): void {
     this.unfollow();
     this.predecessor = predecessor.key;
-    if (predecessor.lease !== this.session.leaseId) return this.watch(predecessor, readRevision);
+    if (predecessor.lease !== this.session.leaseId) return this.watch(predecessor, readRevision, ahead >= FAR_IN_QUEUE);
     if (!this.localFollowers.follow(predecessor.key, this)) void this.recheck();
   }
 
   /**
-   * Watches from "now" rather than from the revision we read at: etcd serves a watch that starts
-   * in the past from a catch-up loop that runs every 100 ms, which would add up to 100 ms to a
-   * hand-off. When anything was written between our read and the watch's start, one single-key
-   * read checks that the predecessor did not go in between.
+   * Near the front of the queue, watches from "now" rather than from the revision we read at:
+   * etcd serves a watch that starts in the past from a catch-up loop that runs every 100 ms,
+   * which would add up to 100 ms to a hand-off. When anything was written between our read and
+   * the watch's start, one single-key read checks that the predecessor did not go in between.
+   * Far back in the queue, the catch-up is over long before our turn: watch from the past.
    */
-  private watch(predecessor: IKeyValue, readRevision: bigint): void {
-    const watcher = this.client.watch().key(predecessor.key).only('delete').watcher();
+  private watch(predecessor: IKeyValue, readRevision: bigint, fromPast: boolean): void {
+    const builder = this.client.watch().key(predecessor.key).only('delete');
+    if (fromPast) builder.startRevision((readRevision + 1n).toString());
+    const watcher = builder.watcher();
     this.watcher = watcher;
     let connections = 0;
     watcher.on('delete', () => watcher === this.watcher && void this.recheck());
@@ -118,7 +128,7 @@ export class EtcdAcquisition implements LocalFollower {
       if (watcher !== this.watcher) return;
       // After a reconnect the stream may have skipped events sent just before it broke.
       if (++connections > 1) return void this.recheck();
-      if (BigInt(created.header.revision) === readRevision) return;
+      if (fromPast || BigInt(created.header.revision) === readRevision) return;
       this.txn(keyStillTxn(predecessor)).then(
         (response) => response.succeeded || watcher !== this.watcher || void this.recheck(),
         () => watcher === this.watcher && void this.recheck(),
@@ -155,7 +165,8 @@ export class EtcdAcquisition implements LocalFollower {
         if (!response.succeeded) return this.fail(this.sessionLost());
         const before = rangeKvs(response, 0)[0];
         if (!before) return this.grant();
-        if (!this.predecessor?.equals(before.key)) this.follow(before, BigInt(response.header.revision));
+        // (The count of that range ignores its revision filter: assume we are near the front.)
+        if (!this.predecessor?.equals(before.key)) this.follow(before, BigInt(response.header.revision), 0);
       } while (this.checkAgain);
     } catch {
       // Could not tell (network): look again shortly; a lost session ends the wait meanwhile.

@@ -77,14 +77,31 @@ export function deleteOwnTxn(keys: LockKeys, revision: bigint | undefined): ITxn
   };
 }
 
+/**
+ * A read of `key` that etcd must serve linearizably. etcd serves a read-only transaction without
+ * any range as a serializable read (from the member's local state, with no quorum): a
+ * compare-only check would then answer "still there" from a member cut off from the cluster.
+ */
+function linearizable(key: Buffer) {
+  return { request_range: { key, count_only: true } };
+}
+
 /** Does this key still exist, as the same key (same create revision)? A read-only transaction. */
 export function keyStillTxn(kv: IKeyValue): ITxnRequest {
-  return { compare: [{ key: kv.key, target: 'Create', result: 'Equal', create_revision: kv.create_revision }], success: [], failure: [] };
+  return {
+    compare: [{ key: kv.key, target: 'Create', result: 'Equal', create_revision: kv.create_revision }],
+    success: [linearizable(kv.key)],
+    failure: [],
+  };
 }
 
 /** Renewal check: our key with the create revision we were granted. */
 export function ownKeyTxn(keys: LockKeys, revision: bigint): ITxnRequest {
-  return { compare: [{ key: keys.own, target: 'Create', result: 'Equal', create_revision: revision.toString() }], success: [], failure: [] };
+  return {
+    compare: [{ key: keys.own, target: 'Create', result: 'Equal', create_revision: revision.toString() }],
+    success: [linearizable(keys.own)],
+    failure: [],
+  };
 }
 
 export function rangeKvs(response: ITxnResponse, index: number): IKeyValue[] {

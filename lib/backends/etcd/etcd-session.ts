@@ -67,7 +67,11 @@ export class EtcdSession {
    */
   async revoke(timeoutMs: number): Promise<void> {
     this.end(new Error('the session was closed'));
-    await this.lease.revoke({ deadline: Date.now() + timeoutMs }).catch(() => undefined);
+    let timer: NodeJS.Timeout | undefined;
+    // The deadline bounds the call; the timer also bounds a client that was closed under us.
+    const gaveUp = new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)));
+    await Promise.race([this.lease.revoke({ deadline: Date.now() + timeoutMs }).catch(() => undefined), gaveUp]);
+    clearTimeout(timer);
   }
 
   private confirmed(response: ILeaseKeepAliveResponse): void {

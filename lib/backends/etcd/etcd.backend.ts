@@ -10,10 +10,15 @@ import { EtcdSession } from './etcd-session';
 import { LocalFollowers } from './local-followers';
 
 /**
- * Every call gets a deadline: without one, a request to a member cut off from the quorum waits
- * forever. The lock's own deadline and the session's keep running meanwhile.
+ * Every call to etcd gets a deadline: without one, a request to a member that died or lost the
+ * quorum waits forever. On a client the backend creates, the deadline is per attempt (etcd3's
+ * `defaultCallOptions`), and etcd3 retries a timed-out attempt on another member (3 attempts):
+ * a dead member costs one attempt, not the whole call. A user's client keeps its own defaults,
+ * so each call on it gets CALL_TIMEOUT_MS in all. The locks' and the session's own deadlines run
+ * meanwhile.
  */
-const CALL_TIMEOUT_MS = 5_000;
+const ATTEMPT_TIMEOUT_MS = 1_500;
+const CALL_TIMEOUT_MS = 3 * ATTEMPT_TIMEOUT_MS;
 
 interface HeldLock {
   readonly grant: LockGrant;
@@ -58,7 +63,8 @@ export class EtcdLockBackend implements LockBackend {
         this.waiting.delete(ownId);
         signal.removeEventListener('abort', onAbort);
       };
-      const acquisition: EtcdAcquisition = new EtcdAcquisition(this.client, session, keys, (request) => this.txn(session, request), {
+      const txn = (request: ITxnRequest) => this.txn(session, request);
+      const acquisition: EtcdAcquisition = new EtcdAcquisition(this.client, session, keys, txn, this.localFollowers, {
         granted: (revision) => {
           settle();
           resolve(this.hold(key, owner, keys, revision, session));
@@ -68,7 +74,7 @@ export class EtcdLockBackend implements LockBackend {
           reject(error);
         },
         cleanup: (revision) => void this.deleteKey(keys, revision, session).catch(() => undefined),
-      }, this.localFollowers);
+      });
       const ownId = keys.own.toString('latin1');
       this.waiting.set(ownId, acquisition);
       signal.addEventListener('abort', onAbort, { once: true });
@@ -174,6 +180,11 @@ export class EtcdLockBackend implements LockBackend {
     const lost = new AbortController();
     const grant: LockGrant = { key, owner, fencingToken: revision, lost: lost.signal };
     this.held.set(owner, { grant, lost, keys, revision, session });
+    // Granted by an answer that raced with the session's loss: report it lost at once.
+    if (!session.alive) {
+      this.held.delete(owner);
+      lost.abort(new LockBackendError('etcd', 'keep its session', session.reason));
+    }
     return grant;
   }
 
@@ -203,7 +214,8 @@ export class EtcdLockBackend implements LockBackend {
   }
 
   private txn(session: EtcdSession, request: ITxnRequest): Promise<ITxnResponse> {
-    return this.client.kv.txn(request, { deadline: Date.now() + CALL_TIMEOUT_MS }).catch((error: Error) => {
+    const options = this.ownsClient ? undefined : { deadline: Date.now() + CALL_TIMEOUT_MS };
+    return this.client.kv.txn(request, options).catch((error: Error) => {
       if (/lease not found|expired or revoked/i.test(error.message)) session.end(error);
       throw error;
     });
@@ -215,6 +227,11 @@ export function createEtcdBackend(options: EtcdBackendOptions): EtcdLockBackend 
   validateEtcdOptions(options);
   if (options.client) return new EtcdLockBackend(options.client as unknown as Etcd3, false, sessionTtlSeconds(options.sessionTtlMs));
   const { Etcd3: Client } = loadPeer<typeof import('etcd3')>('etcd3', 'etcd');
-  const client = new Client({ hosts: options.hosts ?? DEFAULT_ETCD_HOSTS, auth: options.auth, credentials: options.credentials });
+  const client = new Client({
+    hosts: options.hosts ?? DEFAULT_ETCD_HOSTS,
+    auth: options.auth,
+    credentials: options.credentials,
+    defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + ATTEMPT_TIMEOUT_MS }),
+  });
   return new EtcdLockBackend(client, true, sessionTtlSeconds(options.sessionTtlMs));
 }

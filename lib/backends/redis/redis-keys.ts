@@ -16,17 +16,14 @@ export interface LockKeys {
   readonly waiters: string;
   /** Hash: client id -> Redis time (ms) after which its waiters count as dead. */
   readonly alive: string;
+  /** All five, in the order the scripts take them as KEYS. */
+  readonly all: readonly string[];
 }
 
 export function lockKeys(key: string): LockKeys {
   const tag = `{${/[%{}]/.test(key) ? key.replace(/[%{}]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`) : key}}`;
-  return {
-    owner: `${tag}:owner`,
-    fence: `${tag}:fence`,
-    queue: `${tag}:queue`,
-    waiters: `${tag}:waiters`,
-    alive: `${tag}:alive`,
-  };
+  const all = [`${tag}:owner`, `${tag}:fence`, `${tag}:queue`, `${tag}:waiters`, `${tag}:alive`] as const;
+  return { owner: all[0], fence: all[1], queue: all[2], waiters: all[3], alive: all[4], all };
 }
 
-export const keyList = (keys: LockKeys): string[] => [keys.owner, keys.fence, keys.queue, keys.waiters, keys.alive];
+export const keyList = (keys: LockKeys): readonly string[] => keys.all;

@@ -16,12 +16,10 @@ export class RedisScript<Reply> {
     this.sha = createHash('sha1').update(lua).digest('hex');
   }
 
-  async run(client: RedisClientLike, keys: readonly string[], args: readonly (string | number)[]): Promise<Reply> {
-    try {
-      return (await client.evalsha(this.sha, keys.length, ...keys, ...args)) as Reply;
-    } catch (error) {
+  run(client: RedisClientLike, keys: readonly string[], args: readonly (string | number)[]): Promise<Reply> {
+    return client.evalsha(this.sha, keys.length, ...keys, ...args).catch((error: unknown) => {
       if (!String((error as Error)?.message).startsWith('NOSCRIPT')) throw error;
-      return (await client.eval(this.lua, keys.length, ...keys, ...args)) as Reply;
-    }
+      return client.eval(this.lua, keys.length, ...keys, ...args);
+    }) as Promise<Reply>;
   }
 }

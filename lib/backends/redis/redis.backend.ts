@@ -4,19 +4,21 @@ import { setMaxListeners } from 'node:events';
 import { DistributedLockError } from '../../errors';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
 import { openConnections, type RedisConnections } from './redis-connection';
-import { keyList, lockKeys } from './redis-keys';
+import { lockKeys, type LockKeys } from './redis-keys';
 import { acquireScript, cancelScript, checkScript, releaseScript, renewScript } from './redis-lock-scripts';
 import { validateRedisOptions, type RedisBackendOptions } from './redis-options';
 
 /** Grants are published on `<prefix><clientId>`; an ACL user needs `&nest-distributed-lock:*`. */
 export const GRANT_CHANNEL_PREFIX = 'nest-distributed-lock:';
 /** How long after a lease ends a waiter's safety check runs: timer lateness, not a poll. */
-export const EXPIRY_CHECK_MARGIN_MS = 25;
+const EXPIRY_CHECK_MARGIN_MS = 25;
 
 /** The safety check's period for a key: a third of the shortest waiting ttl, within [50 ms, 10 s]. */
-export const checkIntervalMs = (ttlMs: number) => Math.min(Math.max(ttlMs / 3, 50), 10_000);
+const checkIntervalMs = (ttlMs: number) => Math.min(Math.max(ttlMs / 3, 50), 10_000);
 /** A process whose checks stopped this long ago is dead to the queue: its waiters are skipped. */
-export const staleAfterMs = (intervalMs: number) => Math.round(intervalMs * 3 + 1_000);
+const staleAfterMs = (intervalMs: number) => Math.round(intervalMs * 3 + 1_000);
+
+const KEY_CACHE_SIZE = 10_000;
 
 const logger = new Logger('DistributedLock');
 
@@ -47,6 +49,8 @@ export class RedisLockBackend implements LockBackend {
   private readonly waiting = new Map<string, Waiter>();
   private readonly watches = new Map<string, KeyWatch>();
   private readonly held = new Map<string, LockGrant>();
+  /** Key names per lock key, built once: apps lock a bounded set of names, and a cycle needs them twice. */
+  private readonly keyCache = new Map<string, LockKeys>();
   /**
    * Redis cannot tell us a lease is gone without being asked (renewal asks), so the only loss the
    * backend reports itself is its own closing: one signal shared by every grant, fired by close().
@@ -112,13 +116,13 @@ export class RedisLockBackend implements LockBackend {
 
   async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
     if (this.closed) return false;
-    const renewed = await renewScript.run(this.connections.client, [lockKeys(grant.key).owner], [ownerValue(grant), Math.ceil(ttlMs)]);
+    const renewed = await renewScript.run(this.connections.client, [this.keysOf(grant.key).owner], [ownerValue(grant), Math.ceil(ttlMs)]);
     return renewed === 1;
   }
 
   async release(grant: LockGrant): Promise<void> {
     this.held.delete(grant.owner);
-    await releaseScript.run(this.connections.client, keyList(lockKeys(grant.key)), [ownerValue(grant), GRANT_CHANNEL_PREFIX, grant.key]);
+    await releaseScript.run(this.connections.client, this.keysOf(grant.key).all, [ownerValue(grant), GRANT_CHANNEL_PREFIX, grant.key]);
   }
 
   async close(): Promise<void> {
@@ -139,9 +143,8 @@ export class RedisLockBackend implements LockBackend {
   }
 
   private runAcquire(key: string, owner: string, ttlMs: number, mayQueue: boolean) {
-    const keys = lockKeys(key);
     const args = [owner, ttlMs, this.clientId, this.staleAfter(key, ttlMs), GRANT_CHANNEL_PREFIX, key, mayQueue ? '1' : '0'];
-    return acquireScript.run(this.connections.client, keyList(keys), args);
+    return acquireScript.run(this.connections.client, this.keysOf(key).all, args);
   }
 
   private listen(): void {
@@ -165,13 +168,13 @@ export class RedisLockBackend implements LockBackend {
     if (waiter) return waiter.settle(this.grantOf(key, owner, fence));
     if (this.held.has(owner)) return; // the same grant seen twice (message and safety check)
     releaseScript
-      .run(this.connections.client, keyList(lockKeys(key)), [`${fence} ${owner}`, GRANT_CHANNEL_PREFIX, key])
+      .run(this.connections.client, this.keysOf(key).all, [`${fence} ${owner}`, GRANT_CHANNEL_PREFIX, key])
       .catch((error) => logger.warn(`Handing on an unwanted grant of "${key}" failed; it expires with its lease: ${error.message}`));
   }
 
   private cancelAtServer(key: string, owner: string): Promise<unknown> {
     return cancelScript
-      .run(this.connections.client, keyList(lockKeys(key)), [owner, GRANT_CHANNEL_PREFIX, key])
+      .run(this.connections.client, this.keysOf(key).all, [owner, GRANT_CHANNEL_PREFIX, key])
       .catch((error) => logger.warn(`Leaving the queue of "${key}" failed; the entry goes stale on its own: ${error.message}`));
   }
 
@@ -210,7 +213,7 @@ export class RedisLockBackend implements LockBackend {
     const args: (string | number)[] = [this.clientId, this.staleAfter(key, this.shortestTtl(watch)), GRANT_CHANNEL_PREFIX, key];
     for (const waiter of waiters) args.push(waiter.owner, waiter.ttlMs);
     try {
-      const [ownerPttlMs, ...granted] = await checkScript.run(this.connections.client, keyList(lockKeys(key)), args);
+      const [ownerPttlMs, ...granted] = await checkScript.run(this.connections.client, this.keysOf(key).all, args);
       for (let i = 0; i < granted.length; i += 2) this.deliver(key, granted[i], granted[i + 1]);
       this.scheduleCheck(key, ownerPttlMs);
     } catch (error) {
@@ -228,6 +231,16 @@ export class RedisLockBackend implements LockBackend {
   private staleAfter(key: string, ttlMs: number): number {
     const watch = this.watches.get(key);
     return staleAfterMs(checkIntervalMs(watch ? Math.min(ttlMs, this.shortestTtl(watch)) : ttlMs));
+  }
+
+  private keysOf(key: string): LockKeys {
+    let keys = this.keyCache.get(key);
+    if (!keys) {
+      // Names built from unbounded values (order ids) would grow the cache forever: start over.
+      if (this.keyCache.size >= KEY_CACHE_SIZE) this.keyCache.clear();
+      this.keyCache.set(key, (keys = lockKeys(key)));
+    }
+    return keys;
   }
 
   /** A grant now held here: tracked so close() can fire its signal and release it. */

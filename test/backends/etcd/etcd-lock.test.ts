@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { Etcd3 } from 'etcd3';
-import { LockBackendError, type LockBackend, type LockGrant } from '../../../lib';
+import { DEFAULT_KEY_PREFIX, LockBackendError, type LockBackend, type LockGrant } from '../../../lib';
 import { createEtcdBackend } from '../../../lib/backends/etcd/etcd.backend';
 import { lockKeys } from '../../../lib/backends/etcd/etcd-keys';
 import { deleteOwnTxn } from '../../../lib/backends/etcd/etcd-requests';
@@ -10,6 +10,13 @@ import { HolderProcess } from '../../support/holder-process';
 import { abortedWithin, sleep } from '../../support/timing';
 
 const never = new AbortController().signal;
+
+/** `promise`, or a failure naming `what` after `ms`: a stuck queue fails the test, not hangs it. */
+function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout;
+  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: nothing after ${ms} ms`)), ms)));
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
 const request = (key: string, owner: string, signal = never) => ({ key, owner, ttlMs: 30_000, signal });
 
 describe('etcd backend', () => {
@@ -58,14 +65,14 @@ describe('etcd backend', () => {
       const revisionAfter = BigInt((await admin.kv.range({ key: Buffer.from('x') })).header.revision);
       assert.equal(revisionAfter - revisionBefore, 2n);
       assert.equal(grant.fencingToken, revisionBefore + 1n, 'the fencing token is not the key create revision');
+      await locks.close();
     } finally {
       client.close();
     }
   });
 
   it('a retried release (an older create revision of the same key) never deletes the newer lock', async () => {
-    const key = newKey();
-    const keys = lockKeys(key, '1', 'owner');
+    const keys = lockKeys(newKey(), '1', 'owner');
     await admin.put(keys.own).value('');
     const older = BigInt((await admin.get(keys.own).exec()).kvs[0].create_revision);
     await admin.kv.txn(deleteOwnTxn(keys, older));
@@ -75,6 +82,7 @@ describe('etcd backend', () => {
     assert.equal((await admin.get(keys.own).exec()).kvs.length, 1, 'the retried release deleted the newer key');
 
     // Through the backend: a stale grant of a reused owner id releases nothing.
+    const key = newKey();
     const [a, b] = [backend(), backend()];
     const first = await a.acquire(request(key, 'reused'));
     await a.release(first);
@@ -95,30 +103,49 @@ describe('etcd backend', () => {
     assert.equal(await b.tryAcquire(request(`${key}/x`, 'b2')), null);
   });
 
-  it('moves the queue on when waiters in the middle give up', async () => {
-    const key = newKey();
-    const [a, b, c, d] = [backend(), backend(), backend(), backend()];
-    const holder = await a.acquire(request(key, 'h'));
-    const leaving1 = new AbortController();
-    const leaving2 = new AbortController();
-    const first = b.acquire(request(key, 'w1', leaving1.signal));
-    await sleep(30);
-    const second = c.acquire(request(key, 'w2', leaving2.signal));
-    await sleep(30);
-    const third = d.acquire(request(key, 'w3'));
-    await sleep(30);
-    // w3 watches w2, w2 watches w1: both leave, so w3 must find the holder as its predecessor.
-    leaving2.abort(new Error('w2 gave up'));
-    leaving1.abort(new Error('w1 gave up'));
-    await assert.rejects(first, /w1 gave up/);
-    await assert.rejects(second, /w2 gave up/);
-    await sleep(50);
-    const started = Date.now();
-    await a.release(holder);
-    const grant = await third;
-    assert.ok(Date.now() - started < 1_000, `the last waiter got the lock ${Date.now() - started} ms after the release`);
-    assert.ok(grant.fencingToken > holder.fencingToken);
-  });
+  // Across processes a waiter watches its predecessor; within one it is told by the process,
+  // and must switch to a watch when its local predecessor leaves and a remote one is next.
+  const layouts = {
+    'four processes': () => [backend(), backend(), backend(), backend()],
+    'holder in one process, waiters in another': () => {
+      const waiters = backend();
+      return [backend(), waiters, waiters, waiters];
+    },
+    'one process': () => {
+      const shared = backend();
+      return [shared, shared, shared, shared];
+    },
+  };
+  for (const [layout, clients] of Object.entries(layouts)) {
+    it(`moves the queue on when waiters in the middle give up (${layout})`, async () => {
+      const key = newKey();
+      const [a, b, c, d] = clients();
+      const holder = await a.acquire(request(key, 'h'));
+      const leaving1 = new AbortController();
+      const leaving2 = new AbortController();
+      const first = b.acquire(request(key, 'w1', leaving1.signal));
+      await sleep(30);
+      const second = c.acquire(request(key, 'w2', leaving2.signal));
+      await sleep(30);
+      const third = d.acquire(request(key, 'w3'));
+      await sleep(30);
+      // w3 waits on w2, w2 on w1: both leave, so w3 must find the holder as its predecessor.
+      leaving2.abort(new Error('w2 gave up'));
+      leaving1.abort(new Error('w1 gave up'));
+      await assert.rejects(first, /w1 gave up/);
+      await assert.rejects(second, /w2 gave up/);
+      await sleep(50);
+      let granted = false;
+      void third.then(() => (granted = true));
+      await sleep(50);
+      assert.equal(granted, false, 'the last waiter got the lock while it was held');
+      const started = Date.now();
+      await a.release(holder);
+      const grant = await within(third, 5_000, 'the last waiter');
+      assert.ok(Date.now() - started < 1_000, `the last waiter got the lock ${Date.now() - started} ms after the release`);
+      assert.ok(grant.fencingToken > holder.fencingToken);
+    });
+  }
 
   it('on session loss fires every lock of the session, fails its waiters, and opens a new session after', async () => {
     const [locks, other] = [backend({ sessionTtlMs: 3_000 }), backend()];
@@ -172,11 +199,16 @@ describe('etcd backend', () => {
     const holder = await HolderProcess.start('etcd', { hosts: cluster.hosts.join(','), sessionTtlMs: String(sessionTtlMs) }, 30_000);
     try {
       const token = await holder.acquire(key);
-      const waiting: Promise<LockGrant> = backend().acquire(request(key, 'next'));
+      // The holder's LockService adds the module's default key prefix.
+      const waiting: Promise<LockGrant> = backend().acquire(request(`${DEFAULT_KEY_PREFIX}${key}`, 'next'));
       await sleep(100);
+      let granted = false;
+      void waiting.then(() => (granted = true));
+      await sleep(100);
+      assert.equal(granted, false, 'the waiter got the lock while the holder held it');
       holder.kill('SIGKILL');
       const killed = Date.now();
-      const grant = await waiting;
+      const grant = await within(waiting, sessionTtlMs + 5_000, 'the waiter behind the killed holder');
       const waitedMs = Date.now() - killed;
       assert.ok(grant.fencingToken > token);
       // etcd checks lease expiry every 500 ms; then the revoke commits and the watch fires.
