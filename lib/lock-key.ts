@@ -125,14 +125,18 @@ export function assertLockName(name: unknown, method: string): asserts name is s
   }
 }
 
+const HASHED_SUFFIX = /~[0-9a-f]{64}$/;
+
 /**
  * The key a backend sees: prefix + name, or, when that is longer than the backend accepts,
  * prefix + the name's first 64 bytes + '~' + the SHA-256 of the whole name in hex. The hashed
  * form is stable across processes and versions, and keeps a readable head for debugging.
+ * A short name that already ends like a hashed one is hashed too, so no short name can be
+ * spelled like the hashed key of another (distinct names never share a key).
  */
 export function toBackendKey(prefix: string, name: string, maxKeyBytes: number): string {
   const full = prefix + name;
-  if (Buffer.byteLength(full) <= maxKeyBytes) return full;
+  if (Buffer.byteLength(full) <= maxKeyBytes && !HASHED_SUFFIX.test(name)) return full;
   const digest = createHash('sha256').update(name).digest('hex');
   let head = '';
   for (const char of name) {

@@ -65,4 +65,12 @@ describe('backend keys', () => {
     assert.match(key, /~[0-9a-f]{64}$/);
     assert.notEqual(toBackendKey('lock:', `${long}x`, 256), key);
   });
+
+  it('never gives a short name that is spelled like a hashed key the key of that long name', () => {
+    const long = 'x'.repeat(600);
+    const hashed = toBackendKey('lock:', long, 256);
+    const lookalike = hashed.slice('lock:'.length);
+    assert.notEqual(toBackendKey('lock:', lookalike, 256), hashed);
+    assert.match(toBackendKey('lock:', lookalike, 256), /~[0-9a-f]{64}$/);
+  });
 });
