@@ -22,12 +22,6 @@ export interface AcquisitionOutcome {
 const RECHECK_RETRY_MS = 200;
 
 /**
- * With at least this many keys before ours, the predecessor will not go within etcd's 100 ms
- * watch catch-up: watch from the revision we read at (no check needed) instead of from now.
- */
-const FAR_IN_QUEUE = 8;
-
-/**
  * One waiter in the queue of one lock name (etcd's concurrency.Mutex recipe): put our key, and
  * while it is not the lowest, wait only for the deletion of the key just before it (no herd).
  * On every wake-up, recheck in one read-only transaction that our key still exists and which key
@@ -73,10 +67,9 @@ export class EtcdAcquisition implements LocalFollower {
     if (this.state === 'failed') return this.outcome.cleanup(this.revision);
     if (this.revision === undefined) return this.fail(this.sessionLost());
     if (!response.succeeded) return void this.recheck();
-    const newest = response.responses[1].response_range;
-    const before = newest.kvs.find((kv) => createRevision(kv) < this.revision!);
+    const before = rangeKvs(response, 1).find((kv) => createRevision(kv) < this.revision!);
     if (!before) return this.grant();
-    this.follow(before, this.revision, Number(newest.count) - 1);
+    this.follow(before, this.revision);
   }
 
   /**
@@ -99,28 +92,32 @@ export class EtcdAcquisition implements LocalFollower {
     void this.recheck();
   }
 
+  /** Told by this process that our predecessor held the lock and let go (LocalFollowers.handOver). */
+  predecessorReleased(): void {
+    this.grant();
+  }
+
   /**
-   * Waits for the deletion of `predecessor`, read at `readRevision` with `ahead` keys before
-   * ours: through this process when the key is ours too (see LocalFollowers), else a watch.
+   * Waits for the deletion of `predecessor`, read at `readRevision`: through this process when
+   * the key is ours too (see LocalFollowers), else through a watch.
    */
-  private follow(predecessor: IKeyValue, readRevision: bigint, ahead: number): void {
+  private follow(predecessor: IKeyValue, readRevision: bigint): void {
     this.unfollow();
     this.predecessor = predecessor.key;
-    if (predecessor.lease !== this.session.leaseId) return this.watch(predecessor, readRevision, ahead >= FAR_IN_QUEUE);
+    if (predecessor.lease !== this.session.leaseId) return this.watch(predecessor, readRevision);
     if (!this.localFollowers.follow(predecessor.key, this)) void this.recheck();
   }
 
   /**
-   * Near the front of the queue, watches from "now" rather than from the revision we read at:
-   * etcd serves a watch that starts in the past from a catch-up loop that runs every 100 ms,
-   * which would add up to 100 ms to a hand-off. When anything was written between our read and
-   * the watch's start, one single-key read checks that the predecessor did not go in between.
-   * Far back in the queue, the catch-up is over long before our turn: watch from the past.
+   * Watches from "now" rather than from the revision we read at: etcd serves a watch that starts
+   * in the past from a catch-up loop that runs every 100 ms, and until it has caught up, a
+   * deletion reaches the watch only at the loop's next run (measured: a hand-off of 156 ms when a
+   * process's local queue ran faster than the catch-up). When anything was written between our
+   * read and the watch's start, one single-key read checks that the predecessor did not go in
+   * between.
    */
-  private watch(predecessor: IKeyValue, readRevision: bigint, fromPast: boolean): void {
-    const builder = this.client.watch().key(predecessor.key).only('delete');
-    if (fromPast) builder.startRevision((readRevision + 1n).toString());
-    const watcher = builder.watcher();
+  private watch(predecessor: IKeyValue, readRevision: bigint): void {
+    const watcher = this.client.watch().key(predecessor.key).only('delete').watcher();
     this.watcher = watcher;
     let connections = 0;
     watcher.on('delete', () => watcher === this.watcher && void this.recheck());
@@ -128,7 +125,7 @@ export class EtcdAcquisition implements LocalFollower {
       if (watcher !== this.watcher) return;
       // After a reconnect the stream may have skipped events sent just before it broke.
       if (++connections > 1) return void this.recheck();
-      if (fromPast || BigInt(created.header.revision) === readRevision) return;
+      if (BigInt(created.header.revision) === readRevision) return;
       this.txn(keyStillTxn(predecessor)).then(
         (response) => response.succeeded || watcher !== this.watcher || void this.recheck(),
         () => watcher === this.watcher && void this.recheck(),
@@ -165,8 +162,7 @@ export class EtcdAcquisition implements LocalFollower {
         if (!response.succeeded) return this.fail(this.sessionLost());
         const before = rangeKvs(response, 0)[0];
         if (!before) return this.grant();
-        // (The count of that range ignores its revision filter: assume we are near the front.)
-        if (!this.predecessor?.equals(before.key)) this.follow(before, BigInt(response.header.revision), 0);
+        if (!this.predecessor?.equals(before.key)) this.follow(before, BigInt(response.header.revision));
       } while (this.checkAgain);
     } catch {
       // Could not tell (network): look again shortly; a lost session ends the wait meanwhile.

@@ -117,6 +117,7 @@ export class EtcdLockBackend implements LockBackend {
     this.held.delete(grant.owner);
     // A lost session's keys go with its lease.
     if (!held.session.alive) return;
+    this.localFollowers.handOver(held.keys.own);
     await this.deleteKey(held.keys, held.revision, held.session);
   }
 

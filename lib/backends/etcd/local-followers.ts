@@ -1,6 +1,9 @@
 /** A waiter of this process whose predecessor is a key of this process too. */
 export interface LocalFollower {
+  /** The predecessor's key is gone: look again at the queue. */
   predecessorGone(): void;
+  /** The predecessor held the lock and let go: the lock is ours, with no read needed. */
+  predecessorReleased(): void;
 }
 
 /**
@@ -31,6 +34,21 @@ export class LocalFollowers {
   unfollow(key: Buffer, follower: LocalFollower): void {
     const id = key.toString('latin1');
     if (this.followers.get(id) === follower) this.followers.delete(id);
+  }
+
+  /**
+   * The lock holder with this key let go (its delete is still on its way): its follower holds the
+   * lock from now. The holder's key was the lowest, so the follower's is the lowest but for it,
+   * and both are this session's, so no other process can be granted until both are gone. The
+   * follower's token (its create revision) is above the holder's. Hands over through the process
+   * without waiting for etcd: a queue of this process's callers moves at the speed of the process,
+   * while etcd gets the deletes, batched.
+   */
+  handOver(key: Buffer): void {
+    const id = key.toString('latin1');
+    const follower = this.followers.get(id);
+    this.followers.delete(id);
+    follower?.predecessorReleased();
   }
 
   /**

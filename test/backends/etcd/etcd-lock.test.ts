@@ -94,6 +94,36 @@ describe('etcd backend', () => {
     assert.ok(await b.tryAcquire(request(key, 'other')));
   });
 
+  it('hands the lock to the next waiter of the same process at release, before etcd has the delete, and to no other process', async () => {
+    const key = newKey();
+    const here = backend();
+    const elsewhere = backend(); // another session: what another process would be
+    const holder = await here.acquire(request(key, 'holder'));
+    const next = here.acquire(request(key, 'next-here'));
+    await sleep(100); // queued: its key is after the holder's
+    let otherGranted = false;
+    const other = elsewhere.acquire(request(key, 'other-process')).then((grant) => ((otherGranted = true), grant));
+    await sleep(100);
+    cluster.pause(0);
+    try {
+      // etcd answers nothing now: the delete of the holder's key is stuck, yet the local waiter holds.
+      const release = here.release(holder);
+      const nextGrant = await within(next, 500, 'the next waiter of the same process');
+      assert.ok(nextGrant.fencingToken > holder.fencingToken, 'the token did not increase at the local hand-over');
+      assert.equal(otherGranted, false);
+      cluster.resume(0);
+      await release;
+      await sleep(300);
+      assert.equal(otherGranted, false, 'another process was granted while the local waiter held the lock');
+      await here.release(nextGrant);
+      const otherGrant = await within(other, 5_000, 'the other process after both keys are gone');
+      assert.ok(otherGrant.fencingToken > nextGrant.fencingToken);
+      await elsewhere.release(otherGrant);
+    } finally {
+      cluster.resume(0);
+    }
+  });
+
   it('keeps lock names apart: "n", "n/x" and "n%2Fx" never share a queue', async () => {
     const key = newKey();
     const [a, b] = [backend(), backend()];

@@ -1,0 +1,11 @@
+const fs=require('fs');const dir=process.argv[2];
+const f=fs.readdirSync(dir).filter(x=>x.endsWith('.cpuprofile'))[0];
+const p=JSON.parse(fs.readFileSync(dir+'/'+f));
+const byId=new Map(p.nodes.map(n=>[n.id,n]));
+const g=new Map();let total=0;
+p.samples.forEach((id,i)=>{const c=byId.get(id).callFrame;let k;
+ if(c.functionName==='(idle)')return;
+ if(c.url.includes('/lib/'))k='ours '+c.url.split('/').slice(-1)[0];else if(c.url.includes('ioredis'))k='ioredis';else if(c.url.includes('async_hooks')||c.functionName.includes('Hook')||c.url.includes('async_local'))k='async_hooks';else if(c.url.startsWith('node:'))k='node:'+c.url.split('/').slice(-1)[0];else k=c.functionName||c.url||'?';
+ g.set(k,(g.get(k)||0)+p.timeDeltas[i]);total+=p.timeDeltas[i];});
+console.log('busy ms',(total/1000).toFixed(0));
+[...g.entries()].sort((a,b)=>b[1]-a[1]).slice(0,30).forEach(([k,v])=>console.log((v/total*100).toFixed(1)+'%',k));
