@@ -1,8 +1,6 @@
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import { freePort } from './free-port';
 import { ServerProcess } from './server-process';
+import { inTempDir } from './temp-dir-server';
 
 export interface RedisServer {
   readonly server: ServerProcess;
@@ -18,23 +16,11 @@ export interface RedisServer {
  */
 export async function startRedisServer(extraArgs: string[] = []): Promise<RedisServer> {
   const port = await freePort();
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'lock-redis-'));
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--daemonize', 'no', ...extraArgs];
-  try {
+  return inTempDir('lock-redis-', async (dir) => {
+    const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--daemonize', 'no', ...extraArgs];
     const server = await ServerProcess.start({ name: `redis-server on 127.0.0.1:${port}`, command: 'redis-server', args, port });
-    return {
-      server,
-      port,
-      url: `redis://127.0.0.1:${port}`,
-      async stop() {
-        await server.stop();
-        await rm(dir, { recursive: true, force: true });
-      },
-    };
-  } catch (error) {
-    await rm(dir, { recursive: true, force: true });
-    throw error;
-  }
+    return { server, port, url: `redis://127.0.0.1:${port}`, stop: () => server.stop() };
+  });
 }
 
 /**

@@ -1,9 +1,9 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { freePort } from './free-port';
 import { ServerProcess } from './server-process';
+import { inTempDir } from './temp-dir-server';
 
 export interface ZooKeeperServer {
   readonly server: ServerProcess;
@@ -33,21 +33,20 @@ const ZOOKEEPER_JAR = '/usr/share/java/zookeeper.jar';
 export async function startZooKeeperServer(options: ZooKeeperServerOptions = {}): Promise<ZooKeeperServer> {
   const tickTimeMs = options.tickTimeMs ?? 100;
   const port = await freePort();
-  const dir = await mkdtemp(path.join(os.tmpdir(), 'lock-zookeeper-'));
-  const config = [
-    `tickTime=${tickTimeMs}`,
-    `clientPort=${port}`,
-    'clientPortAddress=127.0.0.1',
-    `dataDir=${path.join(dir, 'data')}`,
-    'admin.enableServer=false',
-    `minSessionTimeout=${tickTimeMs * 2}`,
-    `maxSessionTimeout=${Math.max(tickTimeMs * 20, 60_000)}`,
-    '4lw.commands.whitelist=ruok',
-    ...(options.config ?? []),
-  ];
-  const configFile = path.join(dir, 'zoo.cfg');
-  await writeFile(configFile, `${config.join('\n')}\n`);
-  try {
+  return inTempDir('lock-zookeeper-', async (dir) => {
+    const config = [
+      `tickTime=${tickTimeMs}`,
+      `clientPort=${port}`,
+      'clientPortAddress=127.0.0.1',
+      `dataDir=${path.join(dir, 'data')}`,
+      'admin.enableServer=false',
+      `minSessionTimeout=${tickTimeMs * 2}`,
+      `maxSessionTimeout=${Math.max(tickTimeMs * 20, 60_000)}`,
+      '4lw.commands.whitelist=ruok',
+      ...(options.config ?? []),
+    ];
+    const configFile = path.join(dir, 'zoo.cfg');
+    await writeFile(configFile, `${config.join('\n')}\n`);
     const server = await ServerProcess.start({
       name: `zookeeper on 127.0.0.1:${port}`,
       command: 'java',
@@ -62,15 +61,9 @@ export async function startZooKeeperServer(options: ZooKeeperServerOptions = {})
       port,
       connectionString: `127.0.0.1:${port}`,
       tickTimeMs,
-      async stop() {
-        await server.stop();
-        await rm(dir, { recursive: true, force: true });
-      },
+      stop: () => server.stop(),
     };
-  } catch (error) {
-    await rm(dir, { recursive: true, force: true });
-    throw error;
-  }
+  });
 }
 
 function fourLetterWord(port: number, word: string): Promise<string> {
