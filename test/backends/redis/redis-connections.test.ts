@@ -1,0 +1,89 @@
+import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { LockBackendError, type LockBackend } from '../../../lib';
+import { createRedisBackend, type RedisLockBackend } from '../../../lib/backends/redis/redis.backend';
+import { freePort } from '../../support/free-port';
+import { startRedisServer, type RedisServer } from '../../support/redis-server';
+import { ServerProcess } from '../../support/server-process';
+import { inTempDir } from '../../support/temp-dir-server';
+
+const never = new AbortController().signal;
+const request = (key: string, owner: string) => ({ key, owner, ttlMs: 10_000, signal: never });
+
+/**
+ * Two backends (two processes, as far as Redis can tell) take turns on one name: an uncontended
+ * grant, then a queued waiter granted by the release script's hand-off and its PUBLISH. This
+ * exercises every script and the subscriber connection, which is what a connection setup must carry.
+ */
+async function handOffBetween(first: LockBackend, second: LockBackend, key: string): Promise<void> {
+  const held = await first.acquire(request(key, 'first'));
+  const waiting = second.acquire(request(key, 'second'));
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  await first.release(held);
+  const handedOn = await waiting;
+  assert.ok(handedOn.fencingToken > held.fencingToken);
+  await second.release(handedOn);
+}
+
+describe('redis backend connection setups', () => {
+  const backends: RedisLockBackend[] = [];
+  const open = async (options: Parameters<typeof createRedisBackend>[0]) => {
+    const backend = await createRedisBackend(options);
+    backends.push(backend);
+    return backend;
+  };
+  after(async () => {
+    await Promise.all(backends.map((backend) => backend.close()));
+  });
+
+  describe('an ACL user with only the permissions docs/redis.md lists', () => {
+    let redis: RedisServer;
+    const commands = '+evalsha +eval +subscribe +get +set +del +exists +incr +pttl +pexpire +lpop +rpush +llen +hget +hset +hdel +hexists +time +publish';
+    before(async () => {
+      redis = await startRedisServer([
+        '--user', 'default', 'off',
+        // ioredis' ready check runs INFO; without +info it still connects, with a warning.
+        '--user', 'locks', 'on', '>s3cret', 'resetkeys', '~{lock:*', 'resetchannels', '&nest-distributed-lock:*', '-@all', ...commands.split(' '), '+info',
+      ]);
+    });
+    after(() => redis.stop());
+
+    it('acquires, hands off through its grant channel and releases', async () => {
+      const url = `redis://locks:s3cret@127.0.0.1:${redis.port}`;
+      await handOffBetween(await open({ type: 'redis', url }), await open({ type: 'redis', url }), 'lock:acl');
+    });
+
+    it('fails to start with LockBackendError when the password is wrong', async () => {
+      await assert.rejects(
+        createRedisBackend({ type: 'redis', url: `redis://locks:wrong@127.0.0.1:${redis.port}`, options: { maxRetriesPerRequest: 0, retryStrategy: () => null } }),
+        LockBackendError,
+      );
+    });
+  });
+
+  describe('Redis Sentinel (ioredis `sentinels` + `name`)', () => {
+    let master: RedisServer;
+    let sentinel: ServerProcess & { stop(): Promise<void> };
+    before(async () => {
+      master = await startRedisServer();
+      const port = await freePort();
+      sentinel = await inTempDir('lock-sentinel-', async (dir) => {
+        // Sentinel rewrites its config file, so it lives in the temp dir.
+        const config = path.join(dir, 'sentinel.conf');
+        await writeFile(config, [`port ${port}`, 'bind 127.0.0.1', `dir ${dir}`, `sentinel monitor locks-master 127.0.0.1 ${master.port} 1`, ''].join('\n'));
+        return ServerProcess.start({ name: `redis-sentinel on 127.0.0.1:${port}`, command: 'redis-server', args: [config, '--sentinel'], port });
+      });
+    });
+    after(async () => {
+      await sentinel?.stop();
+      await master?.stop();
+    });
+
+    it('finds the master through the sentinel, and locks and hands off there', async () => {
+      const options = { type: 'redis' as const, options: { sentinels: [{ host: '127.0.0.1', port: sentinel.port }], name: 'locks-master' } };
+      await handOffBetween(await open(options), await open(options), 'lock:sentinel');
+    });
+  });
+});
