@@ -84,7 +84,9 @@ export class EtcdSession {
 
   private arm(): void {
     clearTimeout(this.timer);
-    this.timer = setTimeout(() => this.checkDeadline(), Math.max(0, this.deadline - performance.now()));
+    // Timers can fire a little early (libuv's cached loop time): re-arm until the deadline is
+    // due, or a session that stops hearing from etcd would never be declared lost.
+    this.timer = setTimeout(() => this.alive && this.arm(), Math.max(0, this.deadline - performance.now()));
     this.timer.unref();
   }
 
