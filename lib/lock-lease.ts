@@ -38,6 +38,16 @@ export class LockLease {
     private readonly onReleased: () => void,
   ) {
     this.deadline = performance.now() + ttlMs - driftAllowanceMs(ttlMs);
+    const provisional = grant.provisional;
+    if (provisional) {
+      // Handed over before the server recorded us: the previous holder's lease covers us until then.
+      this.deadline = Math.min(this.deadline, provisional.validUntil);
+      void provisional.recorded.then((from) => {
+        if (!this.isActive) return;
+        if (from === undefined) this.markLost('backend-reported', new Error('the server refused the hand-over to this holder'));
+        else this.confirm(from, true);
+      });
+    }
     this.armExpiry();
     if (autoRenew) this.scheduleRenewal(this.interval());
     grant.lost.addEventListener('abort', this.onBackendLost, { once: true });
@@ -113,9 +123,14 @@ export class LockLease {
     }
   }
 
-  /** The lease was extended by a call that started at `started`: count from then, not from the reply. */
-  private confirm(started: number): void {
-    this.deadline = started + this.ttlMs - driftAllowanceMs(this.ttlMs);
+  /**
+   * The lease was extended by a call that started at `started`: count from then, not from the
+   * reply. `onlyLater`: a confirmation that may arrive after a renewal must not shorten it.
+   */
+  private confirm(started: number, onlyLater = false): void {
+    const deadline = started + this.ttlMs - driftAllowanceMs(this.ttlMs);
+    if (onlyLater && deadline <= this.deadline) return;
+    this.deadline = deadline;
     this.armExpiry();
   }
 
@@ -153,8 +168,9 @@ export class LockLease {
   private async releaseAtBackend(): Promise<void> {
     this.checkDeadline();
     this.stopTimers();
+    const validForMs = this.lostError ? undefined : this.deadline - performance.now();
     try {
-      await this.backend.release(this.grant);
+      await this.backend.release(this.grant, validForMs);
     } catch (error) {
       // The lease runs out on its own; failing the caller's finished work would mislead it.
       logger.warn(`Releasing lock "${this.name}" failed; it expires with its lease: ${(error as Error).message}`);

@@ -31,8 +31,13 @@ export interface LockBackend {
    */
   renew(grant: LockGrant, ttlMs: number): Promise<boolean>;
 
-  /** Owner-checked and idempotent: releasing a lock that is gone or owned by another is a no-op. */
-  release(grant: LockGrant): Promise<void>;
+  /**
+   * Owner-checked and idempotent: releasing a lock that is gone or owned by another is a no-op.
+   * `validForMs`: how much longer the caller knows the lease to be valid; omitted when it is
+   * lost or unknown. A backend may hand the lock to a waiter of its own within that time,
+   * without a round trip first (see `LockGrant.provisional`).
+   */
+  release(grant: LockGrant, validForMs?: number): Promise<void>;
 
   /** Abort every wait, fire every held grant's `lost`, close only the clients it created. */
   close(): Promise<void>;
@@ -59,4 +64,12 @@ export interface LockGrant {
    * expired, key deleted). Backends that can only find out by asking leave it to `renew`.
    */
   readonly lost: AbortSignal;
+  /**
+   * Set when the lock was handed over inside this process before the server recorded the new
+   * holder (the Redis backend's local hand-off). Until `recorded` resolves, the lease is known
+   * valid only until `validUntil` (a `performance.now()` time: the previous holder's own
+   * deadline). `recorded` resolves with the `performance.now()` time the server's lease counts
+   * from, or with `undefined` when the server refused: the lock is then lost.
+   */
+  readonly provisional?: { readonly validUntil: number; readonly recorded: Promise<number | undefined> };
 }

@@ -3,9 +3,10 @@ import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { DistributedLockError } from '../../errors';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
+import { LocalSuccessors } from './local-successors';
 import { openConnections, type RedisConnections } from './redis-connection';
 import { lockKeys, type LockKeys } from './redis-keys';
-import { acquireScript, cancelScript, checkScript, releaseScript, renewScript } from './redis-lock-scripts';
+import { acquireScript, cancelScript, checkScript, releaseScript, renewScript, transferScript } from './redis-lock-scripts';
 import { validateRedisOptions, type RedisBackendOptions } from './redis-options';
 
 /** Grants are published on `<prefix><clientId>`; an ACL user needs `&nest-distributed-lock:*`. */
@@ -19,13 +20,40 @@ const checkIntervalMs = (ttlMs: number) => Math.min(Math.max(ttlMs / 3, 50), 10_
 const staleAfterMs = (intervalMs: number) => Math.round(intervalMs * 3 + 1_000);
 
 const KEY_CACHE_SIZE = 10_000;
+/**
+ * A holder hands the lock to a waiter of its own process only when its lease is known valid at
+ * least this much longer: the waiter runs under that lease until Redis has recorded the
+ * hand-over (one round trip later), so a lease about to end is better handed on by Redis.
+ */
+const MIN_HANDOVER_VALIDITY_MS = 50;
 
 const logger = new Logger('DistributedLock');
+
+/**
+ * A run of hand-overs inside this process on one key that Redis has not heard of yet: the lock
+ * went from `from` (the owner Redis still has) to each of `to` in turn. Told to Redis in one
+ * transfer script once the process is idle (process.nextTick runs after every pending promise
+ * reaction), so a burst of this process's callers costs one command, not one per caller.
+ */
+interface HandOverRun {
+  readonly from: LockGrant;
+  readonly to: { owner: string; fence: string }[];
+  /** The last of `to` let go with no waiter of ours behind it: release it after the transfer. */
+  released: boolean;
+  /** Settles once Redis has the run: when it was sent, or undefined when refused. */
+  readonly recorded: Promise<number | undefined>;
+  record(sentAt: number | undefined): void;
+  /** Every release folded into the run waits for this. */
+  readonly done: Promise<void>;
+  finish(): void;
+}
 
 interface Waiter {
   readonly key: string;
   readonly owner: string;
   readonly ttlMs: number;
+  /** The fence it will hold the lock with, known once the acquire script queued it. */
+  fence?: string;
   settle(grant: LockGrant | undefined, error?: unknown): void;
 }
 
@@ -49,6 +77,9 @@ export class RedisLockBackend implements LockBackend {
   private readonly waiting = new Map<string, Waiter>();
   private readonly watches = new Map<string, KeyWatch>();
   private readonly held = new Map<string, LockGrant>();
+  private readonly successors = new LocalSuccessors();
+  /** Per key, the hand-overs inside this process that Redis has not been told of yet. */
+  private readonly runs = new Map<string, HandOverRun>();
   /** Key names per lock key, built once: apps lock a bounded set of names, and a cycle needs them twice. */
   private readonly keyCache = new Map<string, LockKeys>();
   /**
@@ -87,6 +118,8 @@ export class RedisLockBackend implements LockBackend {
         ttlMs: ttl,
         settle: (grant, error) => {
           if (!this.waiting.delete(owner)) return;
+          if (grant) this.successors.granted(owner);
+          else this.successors.left(owner);
           this.unwatch(key, owner);
           signal.removeEventListener('abort', onAbort);
           if (grant) resolve(grant);
@@ -100,6 +133,9 @@ export class RedisLockBackend implements LockBackend {
         (reply) => {
           if (reply[0] === 1) return this.deliver(key, owner, reply[1]);
           if (this.waiting.get(owner) !== waiter) return; // granted (the message came first) or gave up
+          const [, , fence, ahead] = reply as [0, number, string, string];
+          waiter.fence = fence;
+          if (this.waiting.has(ahead) || this.held.has(ahead)) this.successors.link(ahead, owner);
           this.watch(waiter);
           this.scheduleCheck(key, reply[1]);
         },
@@ -116,30 +152,127 @@ export class RedisLockBackend implements LockBackend {
 
   async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
     if (this.closed) return false;
+    this.tellHandOvers(grant.key);
     const renewed = await renewScript.run(this.connections.client, [this.keysOf(grant.key).owner], [ownerValue(grant), Math.ceil(ttlMs)]);
     return renewed === 1;
   }
 
-  async release(grant: LockGrant): Promise<void> {
+  /**
+   * When the waiter right behind this holder in the queue is ours, it holds the lock from now
+   * (see handOver); otherwise the release script hands the lock on through Redis.
+   */
+  async release(grant: LockGrant, validForMs?: number): Promise<void> {
     this.held.delete(grant.owner);
-    await releaseScript.run(this.connections.client, this.keysOf(grant.key).all, [ownerValue(grant), GRANT_CHANNEL_PREFIX, grant.key]);
+    const successor = this.successors.takeSuccessor(grant.owner);
+    const next = successor === undefined ? undefined : this.waiting.get(successor);
+    const handOver = next?.fence !== undefined && validForMs !== undefined && validForMs >= MIN_HANDOVER_VALIDITY_MS && !this.closed;
+    const run = this.runs.get(grant.key);
+    if (run && !run.released && run.to[run.to.length - 1].owner === grant.owner) {
+      // The lock came to this holder in a run Redis has not heard of yet: carry the run on, or end it.
+      if (handOver) this.handOver(run, next!, validForMs!);
+      else run.released = true;
+      return run.done;
+    }
+    this.tellHandOvers(grant.key);
+    if (handOver) {
+      const started = this.startRun(grant);
+      this.handOver(started, next!, validForMs!);
+      return started.done;
+    }
+    await this.releaseAtServer(grant);
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    const closedError = new DistributedLockError('The redis lock backend was closed while waiting.');
+    const waitError = new DistributedLockError('The redis lock backend was closed while waiting.');
     const pending: Promise<unknown>[] = [];
     for (const waiter of [...this.waiting.values()]) {
-      waiter.settle(undefined, closedError);
+      waiter.settle(undefined, waitError);
       pending.push(this.cancelAtServer(waiter.key, waiter.owner));
     }
+    for (const key of [...this.runs.keys()]) this.tellHandOvers(key);
     this.closing.abort(new DistributedLockError('The redis lock backend was closed while the lock was held.'));
+    this.successors.clear();
     for (const grant of [...this.held.values()]) pending.push(this.release(grant).catch(() => undefined));
     // Best effort: with the server unreachable the leases and queue entries expire on their own.
     await Promise.race([Promise.all(pending), new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
     this.connections.subscriber.disconnect();
     if (this.connections.ownsClient) this.connections.client.disconnect();
+  }
+
+  /**
+   * The waiter right behind the run's current holder in the queue is ours: it holds the lock
+   * from now, with the fence it queued with, under the previous holder's lease (`validForMs`)
+   * until Redis has recorded the run (LockGrant.provisional). No message, no round trip: a queue
+   * of this process's callers moves at the speed of the process, in FIFO order.
+   */
+  private handOver(run: HandOverRun, to: Waiter, validForMs: number): void {
+    run.to.push({ owner: to.owner, fence: to.fence! });
+    const grant: LockGrant = {
+      key: run.from.key,
+      owner: to.owner,
+      fencingToken: BigInt(to.fence!),
+      lost: this.closing.signal,
+      provisional: { validUntil: performance.now() + validForMs, recorded: run.recorded },
+    };
+    this.held.set(to.owner, grant);
+    to.settle(grant);
+  }
+
+  private startRun(from: LockGrant): HandOverRun {
+    let record!: (sentAt: number | undefined) => void;
+    let finish!: () => void;
+    const run: HandOverRun = {
+      from,
+      to: [],
+      released: false,
+      recorded: new Promise((resolve) => (record = resolve)),
+      record,
+      done: new Promise((resolve) => (finish = resolve)),
+      finish,
+    };
+    this.runs.set(from.key, run);
+    process.nextTick(() => this.tellHandOvers(from.key));
+    return run;
+  }
+
+  /**
+   * Sends the key's pending run, if any: before any other command on the key, so Redis always
+   * hears of the hand-overs first. If Redis no longer has things as we believe (the owner's
+   * lease vanished in a restart, a waiter was re-queued), nothing changes there, and every
+   * holder of the run is told its lock is lost before the old owner is let go.
+   */
+  private tellHandOvers(key: string): void {
+    const run = this.runs.get(key);
+    if (!run) return;
+    this.runs.delete(key);
+    const keys = this.keysOf(key).all;
+    const last = run.to[run.to.length - 1];
+    const args = [ownerValue(run.from)];
+    for (const { owner, fence } of run.to) args.push(owner, fence);
+    const sentAt = performance.now();
+    const transferred = transferScript.runInOrder(this.connections.client, keys, args).catch((error: unknown) => error);
+    const lastReleased = run.released ? this.releaseAtServer({ ...run.from, owner: last.owner, fencingToken: BigInt(last.fence) }) : undefined;
+    void transferred.then(async (outcome) => {
+      if (outcome === 1) {
+        run.record(sentAt);
+      } else {
+        run.record(undefined);
+        logger.warn(`Handing "${key}" on inside this process failed (${outcome === 0 ? 'the lease was gone' : outcome === 2 ? 'a waiter was re-queued' : String(outcome)}); its holders were told the lock is lost.`);
+        for (const { owner, fence } of run.to) {
+          if (this.held.get(owner)?.fencingToken === BigInt(fence)) this.held.delete(owner);
+          await this.cancelAtServer(key, owner);
+        }
+        if (outcome !== 0) await this.releaseAtServer(run.from).catch(() => undefined);
+      }
+      await lastReleased?.catch(() => undefined);
+      run.finish();
+    });
+  }
+
+  private releaseAtServer(grant: LockGrant): Promise<unknown> {
+    return releaseScript.run(this.connections.client, this.keysOf(grant.key).all, [ownerValue(grant), GRANT_CHANNEL_PREFIX, grant.key]);
   }
 
   private runAcquire(key: string, owner: string, ttlMs: number, mayQueue: boolean) {
@@ -213,7 +346,13 @@ export class RedisLockBackend implements LockBackend {
     const args: (string | number)[] = [this.clientId, this.staleAfter(key, this.shortestTtl(watch)), GRANT_CHANNEL_PREFIX, key];
     for (const waiter of waiters) args.push(waiter.owner, waiter.ttlMs);
     try {
-      const [ownerPttlMs, ...granted] = await checkScript.run(this.connections.client, this.keysOf(key).all, args);
+      const [ownerPttlMs, granted, requeued] = await checkScript.run(this.connections.client, this.keysOf(key).all, args);
+      for (const owner of requeued) {
+        // Back at the tail with a new fence: no longer right behind anyone of ours.
+        this.successors.forget(owner);
+        const waiter = this.waiting.get(owner);
+        if (waiter) waiter.fence = undefined;
+      }
       for (let i = 0; i < granted.length; i += 2) this.deliver(key, granted[i], granted[i + 1]);
       this.scheduleCheck(key, ownerPttlMs);
     } catch (error) {

@@ -40,7 +40,7 @@ describe('redis backend connection setups', () => {
 
   describe('an ACL user with only the permissions docs/redis.md lists', () => {
     let redis: RedisServer;
-    const commands = '+evalsha +eval +subscribe +get +set +del +exists +incr +pttl +pexpire +lpop +rpush +llen +hget +hset +hdel +hexists +time +publish';
+    const commands = '+evalsha +eval +subscribe +get +set +del +exists +incr +pttl +pexpire +lpop +lindex +lrem +rpush +llen +hget +hset +hdel +hexists +time +publish';
     before(async () => {
       redis = await startRedisServer([
         '--user', 'default', 'off',

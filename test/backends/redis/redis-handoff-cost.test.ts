@@ -20,7 +20,7 @@ describe('redis backend: commands per handoff', () => {
   before(async () => {
     redis = await startRedisServer();
     inspector = new Redis(redis.url);
-    services = await Promise.all(Array.from({ length: 4 }, async () => lockServiceOver(await createBackend({ type: 'redis', url: redis.url }))));
+    services = await Promise.all(Array.from({ length: 5 }, async () => lockServiceOver(await createBackend({ type: 'redis', url: redis.url }))));
   });
   after(async () => {
     await Promise.all(services.map((service) => service.onApplicationShutdown()));
@@ -28,19 +28,28 @@ describe('redis backend: commands per handoff', () => {
     await redis.stop();
   });
 
-  /** Queues `waiters` behind a holder, then counts the commands of the `waiters` handoffs. */
-  async function commandsPerHandoff(waiters: number): Promise<{ perHandoff: number; byCommand: Record<string, number> }> {
-    const name = `handoff-${waiters}`;
-    const holder = await services[0].acquire(name);
-    let served = 0;
-    const queued = Array.from({ length: waiters }, (_, i) =>
-      services[i % services.length].withLock(name, () => void served++, { waitTimeoutMs: 60_000 }),
-    );
+  /**
+   * Queues `waiters` behind a holder, each waiter from `waiterService(i)`, one at a time so the
+   * queue order is known; then counts the commands of the `waiters` handoffs.
+   */
+  async function commandsPerHandoff(
+    label: string,
+    waiters: number,
+    holderService: LockService,
+    waiterService: (i: number) => LockService,
+  ): Promise<{ perHandoff: number; byCommand: Record<string, number> }> {
+    const name = `handoff-${label}-${waiters}`;
     const queueKey = `{lock:${name}}:queue`;
-    const deadline = Date.now() + 30_000;
-    while ((await inspector.llen(queueKey)) < waiters) {
-      assert.ok(Date.now() < deadline, `${waiters} waiters did not all queue`);
-      await sleep(10);
+    const holder = await holderService.acquire(name);
+    let served = 0;
+    const queued: Promise<void>[] = [];
+    for (let i = 0; i < waiters; i++) {
+      queued.push(waiterService(i).withLock(name, () => void served++, { waitTimeoutMs: 60_000 }));
+      const deadline = Date.now() + 5_000;
+      while ((await inspector.llen(queueKey)) < i + 1) {
+        assert.ok(Date.now() < deadline, `waiter ${i} did not queue`);
+        await sleep(1);
+      }
     }
     const before = await commandsExecuted((section) => inspector.info(section));
     await holder.release();
@@ -56,13 +65,27 @@ describe('redis backend: commands per handoff', () => {
     return { perHandoff: (afterCount.total - before.total) / waiters, byCommand };
   }
 
-  it('stays constant from 100 to 1000 waiters on one key', async (t) => {
-    const small = await commandsPerHandoff(100);
-    const large = await commandsPerHandoff(1_000);
+  it('stays constant from 100 to 1000 waiters on one key, with one grant message per handoff across processes', async (t) => {
+    // Holder in a fifth process; consecutive waiters always in different processes.
+    const across = (waiters: number) => commandsPerHandoff('across', waiters, services[4], (i) => services[i % 4]);
+    const small = await across(100);
+    const large = await across(1_000);
     t.diagnostic(`commands per handoff: ${small.perHandoff.toFixed(2)} with 100 waiters, ${large.perHandoff.toFixed(2)} with 1000`);
     t.diagnostic(`per handoff with 1000 waiters: ${JSON.stringify(large.byCommand)}`);
     assert.ok(large.perHandoff <= small.perHandoff * 1.05 + 0.5, `per handoff grew from ${small.perHandoff} to ${large.perHandoff}`);
     assert.ok(large.perHandoff <= 11, `a handoff costs ${large.perHandoff} commands`);
     assert.equal(large.byCommand.publish, 1, 'not exactly one grant message per handoff');
+  });
+
+  it('hands over within a process with no grant message, in as many commands from 100 to 1000 waiters', async (t) => {
+    const local = (waiters: number) => commandsPerHandoff('local', waiters, services[0], () => services[0]);
+    const small = await local(100);
+    const large = await local(1_000);
+    t.diagnostic(`commands per local handoff: ${small.perHandoff.toFixed(2)} with 100 waiters, ${large.perHandoff.toFixed(2)} with 1000`);
+    t.diagnostic(`per handoff with 1000 waiters: ${JSON.stringify(large.byCommand)}`);
+    assert.ok(large.perHandoff <= small.perHandoff * 1.05 + 0.5, `per handoff grew from ${small.perHandoff} to ${large.perHandoff}`);
+    assert.ok(large.perHandoff <= 7, `a local handoff costs ${large.perHandoff} commands`);
+    assert.equal(large.byCommand.publish, undefined, 'a handoff inside one process went through a grant message');
+    assert.equal(large.byCommand.lrem, 1, 'not one transfer per handoff');
   });
 });
