@@ -5,29 +5,37 @@ import type { LockHandle } from './lock-handle';
  * The locks the current async call chain holds, innermost first. Immutable: entering a lock
  * makes a new scope for the callback, so two siblings started with Promise.all inside a lock
  * both inherit it, but a lock one sibling takes is never seen by the other.
+ *
+ * Each entry names the LockService that took it: two services in one process (two apps, or
+ * two backends) are two lock domains, and a lock held through one is not re-entered through
+ * the other.
  */
 export class LockScope {
   private constructor(
     private readonly parent: LockScope | undefined,
+    private readonly service: object,
     private readonly key: string,
     private readonly handle: LockHandle,
   ) {}
 
-  static with(parent: LockScope | undefined, key: string, handle: LockHandle): LockScope {
-    return new LockScope(parent, key, handle);
+  static with(parent: LockScope | undefined, service: object, key: string, handle: LockHandle): LockScope {
+    return new LockScope(parent, service, key, handle);
   }
 
-  /** The chain's handle for `key` (the outermost one), if the lock is still held. */
-  find(key: string): LockHandle | undefined {
+  /** The chain's handle for `key` taken through `service` (the outermost one), if the lock is still held. */
+  find(service: object, key: string): LockHandle | undefined {
     for (let scope: LockScope | undefined = this; scope; scope = scope.parent) {
-      if (scope.key === key) return scope.handle.lease.isActive ? scope.handle : undefined;
+      if (scope.key === key && scope.service === service) return scope.handle.lease.isActive ? scope.handle : undefined;
     }
     return undefined;
   }
 
-  /** The lock entered last in this chain. */
-  get innermost(): LockHandle {
-    return this.handle;
+  /** The lock entered last in this chain and not released yet (it may have been lost: see its signal). */
+  get innermost(): LockHandle | undefined {
+    for (let scope: LockScope | undefined = this; scope; scope = scope.parent) {
+      if (!scope.handle.lease.isReleased) return scope.handle;
+    }
+    return undefined;
   }
 }
 
@@ -35,8 +43,10 @@ export class LockScope {
 export const lockContext = new AsyncLocalStorage<LockScope>();
 
 /**
- * The lock the calling code entered last (through @WithLock or withLock), e.g. to send its
- * fencing token with a write or to pass its `signal` to a long operation.
+ * The lock the calling code entered last (through @WithLock or withLock) and still holds, e.g.
+ * to send its fencing token with a write or to pass its `signal` to a long operation. A lock
+ * that was lost is still returned, with its signal aborted; one released (a child that outlived
+ * its parent's lock) is not.
  */
 export function currentLock(): LockHandle | undefined {
   return lockContext.getStore()?.innermost;

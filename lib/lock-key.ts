@@ -136,6 +136,9 @@ const HASHED_SUFFIX = /~[0-9a-f]{64}$/;
  */
 export function toBackendKey(prefix: string, name: string, maxKeyBytes: number): string {
   const full = prefix + name;
+  // The common case, without counting bytes: a UTF-16 unit is at most 3 UTF-8 bytes, and a name
+  // shorter than '~' + 64 hex digits cannot end like a hashed key.
+  if (full.length * 3 <= maxKeyBytes && name.length <= 64) return full;
   if (Buffer.byteLength(full) <= maxKeyBytes && !HASHED_SUFFIX.test(name)) return full;
   const digest = createHash('sha256').update(name).digest('hex');
   let head = '';

@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { LockBackend, LockGrant } from './backends/lock-backend.interface';
-import { LockConfigError, LockLostError, type LockLostReason } from './errors';
+import { LockLostError, type LockLostReason } from './errors';
+import { assertTtl } from './lock-options';
 
 /**
  * Local clocks and the server's drift apart, and a grant arrives a little after the server
@@ -37,7 +38,8 @@ export class LockLease {
     /** Told once, after the backend release, so the owner can stop tracking this lease. */
     private readonly onReleased: () => void,
   ) {
-    this.deadline = performance.now() + ttlMs - driftAllowanceMs(ttlMs);
+    // The server's lease started after the request was sent, never before: count from then.
+    this.deadline = (grant.requestedAt ?? performance.now()) + ttlMs - driftAllowanceMs(ttlMs);
     const provisional = grant.provisional;
     if (provisional) {
       // Handed over before the server recorded us: the previous holder's lease covers us until then.
@@ -45,7 +47,7 @@ export class LockLease {
       void provisional.recorded.then((from) => {
         if (!this.isActive) return;
         if (from === undefined) this.markLost('backend-reported', new Error('the server refused the hand-over to this holder'));
-        else this.confirm(from, true);
+        else this.confirm(from, this.ttlMs, true);
       });
     }
     this.armExpiry();
@@ -56,6 +58,11 @@ export class LockLease {
 
   get signal(): AbortSignal {
     return this.lostController.signal;
+  }
+
+  /** The last holder left and the lock was given back (or is being). */
+  get isReleased(): boolean {
+    return this.released !== undefined;
   }
 
   /** Held and not known lost; checks the deadline too, in case timers were late (a paused process). */
@@ -82,19 +89,23 @@ export class LockLease {
   }
 
   async extend(ttlMs = this.ttlMs): Promise<void> {
-    if (!Number.isFinite(ttlMs) || ttlMs <= 0) {
-      throw new LockConfigError('ttlMs', `extend() needs a finite number of milliseconds above 0, got ${ttlMs}.`);
-    }
-    const lost = this.lost;
-    if (lost || this.released) throw lost ?? new LockLostError(this.name, this.grant.fencingToken, 'renewal-refused');
+    assertTtl('ttlMs', ttlMs);
+    this.assertHeld();
     const started = performance.now();
     if (!(await this.backend.renew(this.grant, ttlMs))) {
       this.markLost('renewal-refused');
       throw this.lostError!;
     }
+    // Lost or released while the renewal was on its way: the renewal changes nothing for us.
+    this.assertHeld();
     this.ttlMs = ttlMs;
-    this.confirm(started);
+    this.confirm(started, ttlMs);
     if (this.autoRenew) this.scheduleRenewal(this.interval());
+  }
+
+  private assertHeld(): void {
+    const lost = this.lost;
+    if (lost || this.released) throw lost ?? new LockLostError(this.name, this.grant.fencingToken, 'renewal-refused');
   }
 
   private interval(): number {
@@ -110,11 +121,13 @@ export class LockLease {
   private async renewNow(): Promise<void> {
     if (!this.isActive) return;
     const started = performance.now();
+    // The ttl this renewal asks for: extend() may change this.ttlMs while it is on its way.
+    const ttlMs = this.ttlMs;
     try {
-      const stillOurs = await this.backend.renew(this.grant, this.ttlMs);
+      const stillOurs = await this.backend.renew(this.grant, ttlMs);
       if (!this.isActive) return;
       if (!stillOurs) return this.markLost('renewal-refused');
-      this.confirm(started);
+      this.confirm(started, ttlMs);
       this.scheduleRenewal(this.interval());
     } catch (error) {
       // Could not tell: keep trying until the lease last confirmed runs out (armExpiry).
@@ -127,8 +140,8 @@ export class LockLease {
    * The lease was extended by a call that started at `started`: count from then, not from the
    * reply. `onlyLater`: a confirmation that may arrive after a renewal must not shorten it.
    */
-  private confirm(started: number, onlyLater = false): void {
-    const deadline = started + this.ttlMs - driftAllowanceMs(this.ttlMs);
+  private confirm(started: number, ttlMs: number, onlyLater = false): void {
+    const deadline = started + ttlMs - driftAllowanceMs(ttlMs);
     if (onlyLater && deadline <= this.deadline) return;
     this.deadline = deadline;
     this.armExpiry();

@@ -9,13 +9,19 @@ export type OnLockLost = 'throw' | 'ignore';
 
 /** Options shared by the module (defaults) and every call (overrides). */
 export interface LockOptions {
-  /** Lease length. Default 30000. The lease is renewed while the lock is held (see `renew`). */
+  /**
+   * Lease length. Default 30000, at most MAX_TIMER_MS (about 24.8 days). The lease is renewed
+   * while the lock is held (see `renew`).
+   */
   ttlMs?: number;
   /** How often the lease is renewed. Default `ttlMs / 3`; must be below `ttlMs`. */
   renewIntervalMs?: number;
   /** Keep the lease alive while held. Default true; false = the lock lasts at most `ttlMs`. */
   renew?: boolean;
-  /** How long `acquire` and `@WithLock` wait in the queue. Default 10000; `Infinity` waits forever. */
+  /**
+   * How long `acquire` and `@WithLock` wait in the queue. Default 10000; `Infinity` waits
+   * forever; `0` takes the lock only if it is free now (as `tryAcquire`), else LockTimeoutError.
+   */
   waitTimeoutMs?: number;
   /** Default 'throw': a call whose lock was lost ends with LockLostError instead of its result. */
   onLockLost?: OnLockLost;
@@ -63,6 +69,8 @@ export interface ResolvedModuleOptions extends ResolvedLockOptions {
 export const DEFAULT_TTL_MS = 30_000;
 export const DEFAULT_WAIT_TIMEOUT_MS = 10_000;
 export const DEFAULT_KEY_PREFIX = 'lock:';
+/** Node clamps a longer timer to 1 ms: a 30-day ttl would expire at once. About 24.8 days. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
 const KNOWN_BACKENDS = ['memory', 'custom', 'redis', 'zookeeper', 'etcd'];
 
 /** Validates the module options at startup, so a typo fails the boot, not the first request. */
@@ -81,10 +89,11 @@ export function resolveModuleOptions(options: DistributedLockModuleOptions = {})
   if (typeof keyPrefix !== 'string' || Buffer.byteLength(keyPrefix) > 128) {
     throw new LockConfigError('keyPrefix', 'must be a string of at most 128 bytes.');
   }
-  return { backend, keyPrefix, ...resolveLockOptions(options, DEFAULTS) };
+  return { backend, keyPrefix, ...resolveLockOptions(options, DEFAULT_LOCK_OPTIONS) };
 }
 
-const DEFAULTS: ResolvedLockOptions = {
+/** The defaults of every per-call option, before the module's options apply. */
+export const DEFAULT_LOCK_OPTIONS: ResolvedLockOptions = {
   ttlMs: DEFAULT_TTL_MS,
   renewIntervalMs: undefined,
   renew: true,
@@ -96,13 +105,11 @@ const DEFAULTS: ResolvedLockOptions = {
 export function resolveLockOptions(options: LockOptions | undefined, defaults: ResolvedLockOptions): ResolvedLockOptions {
   if (!options) return defaults;
   const ttlMs = options.ttlMs ?? defaults.ttlMs;
-  if (typeof ttlMs !== 'number' || !Number.isFinite(ttlMs) || ttlMs <= 0) {
-    throw new LockConfigError('ttlMs', `must be a finite number of milliseconds above 0, got ${String(ttlMs)}.`);
-  }
+  assertTtl('ttlMs', ttlMs);
   const renewIntervalMs = options.renewIntervalMs ?? (options.ttlMs === undefined ? defaults.renewIntervalMs : undefined);
   if (
     renewIntervalMs !== undefined &&
-    (typeof renewIntervalMs !== 'number' || !Number.isFinite(renewIntervalMs) || renewIntervalMs <= 0 || renewIntervalMs >= ttlMs)
+    (typeof renewIntervalMs !== 'number' || !(renewIntervalMs > 0) || renewIntervalMs >= ttlMs)
   ) {
     throw new LockConfigError(
       'renewIntervalMs',
@@ -110,8 +117,11 @@ export function resolveLockOptions(options: LockOptions | undefined, defaults: R
     );
   }
   const waitTimeoutMs = options.waitTimeoutMs ?? defaults.waitTimeoutMs;
-  if (typeof waitTimeoutMs !== 'number' || Number.isNaN(waitTimeoutMs) || waitTimeoutMs < 0) {
-    throw new LockConfigError('waitTimeoutMs', `must be 0 or more milliseconds (Infinity waits forever), got ${String(waitTimeoutMs)}.`);
+  if (typeof waitTimeoutMs !== 'number' || !(waitTimeoutMs >= 0) || (waitTimeoutMs > MAX_TIMER_MS && waitTimeoutMs !== Infinity)) {
+    throw new LockConfigError(
+      'waitTimeoutMs',
+      `must be 0 to ${MAX_TIMER_MS} milliseconds, or Infinity to wait forever, got ${String(waitTimeoutMs)}.`,
+    );
   }
   const renew = options.renew ?? defaults.renew;
   if (typeof renew !== 'boolean') throw new LockConfigError('renew', `must be true or false, got ${String(renew)}.`);
@@ -120,4 +130,11 @@ export function resolveLockOptions(options: LockOptions | undefined, defaults: R
     throw new LockConfigError('onLockLost', `must be 'throw' or 'ignore', got ${String(onLockLost)}.`);
   }
   return { ttlMs, renewIntervalMs, renew, waitTimeoutMs, onLockLost };
+}
+
+/** A lease length: what `ttlMs` and `extend(ttlMs)` accept. */
+export function assertTtl(option: string, ttlMs: unknown): asserts ttlMs is number {
+  if (typeof ttlMs !== 'number' || !(ttlMs > 0) || ttlMs > MAX_TIMER_MS) {
+    throw new LockConfigError(option, `must be above 0 and at most ${MAX_TIMER_MS} milliseconds (about 24.8 days), got ${String(ttlMs)}.`);
+  }
 }

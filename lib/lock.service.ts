@@ -1,4 +1,4 @@
-import { Inject, Injectable, type OnApplicationShutdown } from '@nestjs/common';
+import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { LOCK_BACKEND } from './backends/lock-backend.token';
 import type { LockBackend, LockGrant } from './backends/lock-backend.interface';
@@ -21,9 +21,9 @@ import { RESOLVED_LOCK_OPTIONS } from './lock-options.token';
  * already holds is entered again with no backend call, and only the outermost exit releases.
  */
 @Injectable()
-export class LockService implements OnApplicationShutdown {
-  /** The service @WithLock uses; the last one constructed (one per application). */
-  private static active?: LockService;
+export class LockService implements OnModuleInit, OnApplicationShutdown {
+  /** Services of the applications still running, oldest first; @WithLock uses the newest. */
+  private static readonly running: LockService[] = [];
   private readonly ownerPrefix = `${randomUUID()}:`;
   private ownerSeq = 0;
   private readonly leases = new Set<LockLease>();
@@ -32,29 +32,33 @@ export class LockService implements OnApplicationShutdown {
     @Inject(LOCK_BACKEND) private readonly backend: LockBackend,
     @Inject(RESOLVED_LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
   ) {
-    LockService.active = this;
+  }
+
+  /**
+   * Registered for @WithLock once the application initialises, not when constructed: an
+   * application that fails to boot leaves nothing behind. The module's init hook runs before
+   * those of the modules that import it (and, global, before every other module's).
+   */
+  onModuleInit(): void {
+    LockService.running.push(this);
   }
 
   /** @internal The service behind @WithLock, or a clear error when the module was never imported. */
   static forDecorator(method: string): LockService {
-    if (!LockService.active) {
+    const service = LockService.running[LockService.running.length - 1];
+    if (!service) {
       throw new DistributedLockError(
         `@WithLock on ${method} ran, but no LockService exists: import DistributedLockModule.forRoot() ` +
-          'in the application module (or create the application before calling decorated methods).',
+          'in the application module, and call decorated methods once the application has initialised ' +
+          '(after NestFactory.create(...).init() or listen(), or createApplicationContext).',
       );
     }
-    return LockService.active;
+    return service;
   }
 
   /** Waits (FIFO) up to `waitTimeoutMs`, then rejects with LockTimeoutError. */
-  async acquire(name: string, options?: AcquireOptions): Promise<LockHandle> {
-    assertLockName(name, 'LockService.acquire');
-    const resolved = resolveLockOptions(options, this.options);
-    const key = this.backendKey(name);
-    const reentered = this.reenter(key);
-    if (reentered) return reentered;
-    const grant = await this.waitForGrant(key, name, resolved.ttlMs, resolved.waitTimeoutMs, options?.signal);
-    return new LockHandle(this.track(grant, name, resolved), false);
+  acquire(name: string, options?: AcquireOptions): Promise<LockHandle> {
+    return this.acquireWith(name, resolveLockOptions(options, this.options), options?.signal, 'LockService.acquire');
   }
 
   /** Takes the lock only if it is free now (or re-entered); `null` otherwise. Never waits. */
@@ -64,9 +68,7 @@ export class LockService implements OnApplicationShutdown {
     const key = this.backendKey(name);
     const reentered = this.reenter(key);
     if (reentered) return reentered;
-    const grant = await this.backend.tryAcquire({ key, owner: this.nextOwner(), ttlMs: resolved.ttlMs }).catch((error) => {
-      throw this.wrap('try to acquire', error);
-    });
+    const grant = await this.tryGrant(key, resolved.ttlMs);
     return grant && new LockHandle(this.track(grant, name, resolved), false);
   }
 
@@ -77,9 +79,9 @@ export class LockService implements OnApplicationShutdown {
    */
   async withLock<T>(name: string, fn: (lock: LockHandle) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
     const resolved = resolveLockOptions(options, this.options);
-    const handle = await this.acquire(name, options);
+    const handle = await this.acquireWith(name, resolved, options?.signal, 'LockService.withLock');
     const lease = handle.lease;
-    const scope = handle.reentrant ? lockContext.getStore() : LockScope.with(lockContext.getStore(), this.backendKey(name), handle);
+    const scope = handle.reentrant ? lockContext.getStore() : LockScope.with(lockContext.getStore(), this, lease.grant.key, handle);
     let result: T;
     try {
       result = await lockContext.run(scope!, () => fn(handle));
@@ -95,7 +97,7 @@ export class LockService implements OnApplicationShutdown {
 
   /** The handle of `name` if the calling async chain holds it, else undefined. */
   current(name: string): LockHandle | undefined {
-    return lockContext.getStore()?.find(this.backendKey(name));
+    return lockContext.getStore()?.find(this, this.backendKey(name));
   }
 
   /**
@@ -107,7 +109,8 @@ export class LockService implements OnApplicationShutdown {
     this.leases.clear();
     for (const lease of held) lease.markLost('backend-closed');
     await Promise.all(held.map((lease) => this.backend.release(lease.grant).catch(() => undefined)));
-    if (LockService.active === this) LockService.active = undefined;
+    const running = LockService.running.indexOf(this);
+    if (running !== -1) LockService.running.splice(running, 1);
     await this.backend.close();
   }
 
@@ -115,8 +118,28 @@ export class LockService implements OnApplicationShutdown {
     return toBackendKey(this.options.keyPrefix, name, this.backend.maxKeyBytes);
   }
 
+  private async acquireWith(name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string): Promise<LockHandle> {
+    assertLockName(name, method);
+    const key = this.backendKey(name);
+    const reentered = this.reenter(key);
+    if (reentered) return reentered;
+    signal?.throwIfAborted();
+    const grant =
+      options.waitTimeoutMs === 0
+        ? await this.tryGrant(key, options.ttlMs)
+        : await this.waitForGrant(key, name, options.ttlMs, options.waitTimeoutMs, signal);
+    if (!grant) throw new LockTimeoutError(name, 0);
+    return new LockHandle(this.track(grant, name, options), false);
+  }
+
+  private tryGrant(key: string, ttlMs: number): Promise<LockGrant | null> {
+    return this.backend.tryAcquire({ key, owner: this.nextOwner(), ttlMs }).catch((error) => {
+      throw this.wrap('try to acquire', error);
+    });
+  }
+
   private reenter(key: string): LockHandle | undefined {
-    const held = lockContext.getStore()?.find(key);
+    const held = lockContext.getStore()?.find(this, key);
     if (!held) return undefined;
     held.lease.enter();
     return new LockHandle(held.lease, true);

@@ -1,5 +1,5 @@
 import { compileLockKey, type LockKeyTemplate } from './lock-key';
-import type { LockOptions } from './lock-options';
+import { DEFAULT_LOCK_OPTIONS, MAX_TIMER_MS, resolveLockOptions, type LockOptions } from './lock-options';
 import { LockService } from './lock.service';
 
 /**
@@ -13,12 +13,17 @@ import { LockService } from './lock.service';
  */
 export function WithLock(template: LockKeyTemplate, options?: LockOptions): MethodDecorator {
   return (target, propertyKey, descriptor: PropertyDescriptor) => {
-    const method = `${(target as object).constructor.name}.${String(propertyKey)}`;
+    // A static method's target is the class itself; an instance method's, its prototype.
+    const owner = typeof target === 'function' ? target : (target as object).constructor;
+    const method = `${owner.name}.${String(propertyKey)}`;
     const original = descriptor.value;
     if (typeof original !== 'function') {
       throw new TypeError(`@WithLock can only decorate methods; ${method} is not one.`);
     }
     const resolveName = compileLockKey(template, method);
+    // A bad option fails here, when the class is defined. The module's ttl is not known yet,
+    // so renewIntervalMs is checked against the call's own ttlMs only (again at each call).
+    resolveLockOptions(options, { ...DEFAULT_LOCK_OPTIONS, ttlMs: MAX_TIMER_MS });
     const wrapped = new Proxy(original, {
       apply(fn, thisArg, args: unknown[]) {
         let name: string;

@@ -65,6 +65,12 @@ export interface LockGrant {
    */
   readonly lost: AbortSignal;
   /**
+   * `performance.now()` when the request that won this grant was sent: the server's lease
+   * cannot have started before, so the local deadline counts from it. Omitted (a grant that
+   * came by a message, or a backend whose lease is a session): from when the grant arrived.
+   */
+  readonly requestedAt?: number;
+  /**
    * Set when the lock was handed over inside this process before the server recorded the new
    * holder (the Redis backend's local hand-off). Until `recorded` resolves, the lease is known
    * valid only until `validUntil` (a `performance.now()` time: the previous holder's own

@@ -5,13 +5,16 @@ import { describe, it } from 'node:test';
 import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import {
+  currentLock,
   DistributedLockError,
   DistributedLockModule,
   LockConfigError,
   LockService,
   WithLock,
+  type AcquireRequest,
   type DistributedLockModuleOptions,
 } from '../../lib';
+import { overriddenBackend } from '../support/overridden-backend';
 import { loadPeer } from '../../lib/backends/load-peer';
 
 async function boot(lockModule: ReturnType<typeof DistributedLockModule.forRoot>) {
@@ -34,22 +37,84 @@ describe('DistributedLockModule', () => {
     }
   });
 
-  it('forRootAsync takes imports, inject and useFactory', async () => {
+  it('forRootAsync takes imports, inject and useFactory, and uses the options the factory returns', async () => {
     const SETTINGS = Symbol('SETTINGS');
     @Module({ providers: [{ provide: SETTINGS, useValue: { prefix: 'svc-a:' } }], exports: [SETTINGS] })
     class SettingsModule {}
+    const requests: AcquireRequest[] = [];
+    const backend = overriddenBackend((inner) => ({
+      acquire: (request) => (requests.push(request), inner.acquire(request)),
+    }));
     const app = await boot(
       DistributedLockModule.forRootAsync({
         imports: [SettingsModule],
         inject: [SETTINGS],
-        useFactory: (settings: { prefix: string }): DistributedLockModuleOptions => ({ keyPrefix: settings.prefix, ttlMs: 5_000 }),
+        useFactory: (settings: { prefix: string }): DistributedLockModuleOptions => ({
+          keyPrefix: settings.prefix,
+          ttlMs: 5_000,
+          backend: { type: 'custom', backend },
+        }),
       }),
     );
     try {
       await app.get(LockService).withLock('b', (lock) => assert.equal(lock.key, 'b'));
+      assert.deepEqual(
+        requests.map(({ key, ttlMs }) => ({ key, ttlMs })),
+        [{ key: 'svc-a:b', ttlMs: 5_000 }],
+      );
     } finally {
       await app.close();
     }
+  });
+
+  it('is global unless isGlobal is false: a feature module gets LockService without importing the module', async () => {
+    @Injectable()
+    class Feature {
+      constructor(readonly locks: LockService) {}
+    }
+    @Module({ providers: [Feature], exports: [Feature] })
+    class FeatureModule {}
+    @Module({ imports: [DistributedLockModule.forRoot(), FeatureModule] })
+    class GlobalApp {}
+    const app = await NestFactory.createApplicationContext(GlobalApp, { logger: false, abortOnError: false });
+    try {
+      await app.get(Feature).locks.withLock('feature', () => undefined);
+    } finally {
+      await app.close();
+    }
+    @Module({ imports: [DistributedLockModule.forRoot({ isGlobal: false }), FeatureModule] })
+    class LocalApp {}
+    await assert.rejects(NestFactory.createApplicationContext(LocalApp, { logger: false, abortOnError: false }), /LockService/);
+  });
+
+  it('@WithLock keeps working in an application after a newer one in the same process closed', async () => {
+    @Injectable()
+    class Jobs {
+      @WithLock('job:<0>')
+      async run(_id: string) {
+        return currentLock()?.fencingToken;
+      }
+    }
+    @Module({ imports: [DistributedLockModule.forRoot()], providers: [Jobs] })
+    class JobsApp {}
+    const first = await NestFactory.createApplicationContext(JobsApp, { logger: false, abortOnError: false });
+    const second = await boot(DistributedLockModule.forRoot());
+    await second.close();
+    try {
+      assert.equal(typeof (await first.get(Jobs).run('1')), 'bigint');
+    } finally {
+      await first.close();
+    }
+  });
+
+  it('rejects bad @WithLock options when the class is defined', () => {
+    assert.throws(() => {
+      class Broken {
+        @WithLock('x', { ttlMs: -1 })
+        async run() {}
+      }
+      return Broken;
+    }, (error: unknown) => error instanceof LockConfigError && error.option === 'ttlMs');
   });
 
   it('rejects bad options at startup with LockConfigError naming the option', async () => {
@@ -58,6 +123,8 @@ describe('DistributedLockModule', () => {
       [{ ttlMs: -5 }, 'ttlMs'],
       [{ ttlMs: Number.NaN }, 'ttlMs'],
       [{ ttlMs: Infinity }, 'ttlMs'],
+      [{ ttlMs: 2 ** 31 }, 'ttlMs'], // Node would clamp the timer to 1 ms
+      [{ waitTimeoutMs: 3e9 }, 'waitTimeoutMs'],
       [{ ttlMs: 1_000, renewIntervalMs: 1_000 }, 'renewIntervalMs'],
       [{ renewIntervalMs: 0 }, 'renewIntervalMs'],
       [{ waitTimeoutMs: -1 }, 'waitTimeoutMs'],

@@ -1,8 +1,8 @@
 /**
  * The "server" of the in-memory backend: lock state shared by every MemoryLockBackend client
  * created over it. Same semantics as the distributed backends: FIFO queue with direct handoff
- * (the next waiter owns the lock before it is woken), leases that expire, per-key fencing
- * counters that never reset.
+ * (the next waiter owns the lock before it is woken), leases that expire, fencing tokens that
+ * never go back.
  */
 export interface MemoryWaiter {
   readonly owner: string;
@@ -35,7 +35,12 @@ interface KeyState {
 
 export class MemoryLockStore {
   private readonly states = new Map<string, KeyState>();
-  private readonly fences = new Map<string, bigint>();
+  /**
+   * One counter for every key: tokens then grow over the grants of each key, as they must, and
+   * nothing is kept per key once it is free (a map of counters per name would grow with every
+   * name ever locked, e.g. `order:<id>`).
+   */
+  private lastFence = 0n;
 
   /** Grant at once if free; otherwise `null`, or enqueue `waiter` when given. */
   take(key: string, owner: string, ttlMs: number, waiter?: MemoryWaiter): MemoryGrant | null {
@@ -66,6 +71,14 @@ export class MemoryLockStore {
     return true;
   }
 
+  /** Owner-checked like release, and the holder's lost signal fires with `reason` (its client closed). */
+  revoke(key: string, owner: string, reason: Error): void {
+    const state = this.states.get(key);
+    if (state?.holder.grant.owner !== owner) return;
+    state.holder.lost.abort(reason);
+    this.release(key, owner);
+  }
+
   /** Hands the lock to the next waiter that has not given up, or frees the key. */
   private handOff(key: string, state: KeyState): void {
     while (state.head < state.queue.length) {
@@ -88,8 +101,7 @@ export class MemoryLockStore {
   }
 
   private grant(key: string, owner: string, ttlMs: number): Holder {
-    const fencingToken = (this.fences.get(key) ?? 0n) + 1n;
-    this.fences.set(key, fencingToken);
+    const fencingToken = ++this.lastFence;
     const lost = new AbortController();
     return {
       grant: { key, owner, fencingToken, lost: lost.signal },

@@ -70,7 +70,8 @@ export class MemoryLockBackend implements LockBackend {
       reject(closedError);
     }
     this.waiting.clear();
-    for (const grant of this.held.values()) this.store.release(grant.key, grant.owner);
+    const heldError = new DistributedLockError('The memory lock backend was closed while the lock was held.');
+    for (const grant of this.held.values()) this.store.revoke(grant.key, grant.owner, heldError);
     this.held.clear();
   }
 

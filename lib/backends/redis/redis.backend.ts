@@ -129,9 +129,10 @@ export class RedisLockBackend implements LockBackend {
       // Registered before the script runs: the grant message can overtake the script's reply.
       this.waiting.set(owner, waiter);
       signal.addEventListener('abort', onAbort, { once: true });
+      const sentAt = performance.now();
       this.runAcquire(key, owner, ttl, true).then(
         (reply) => {
-          if (reply[0] === 1) return this.deliver(key, owner, reply[1]);
+          if (reply[0] === 1) return this.deliver(key, owner, reply[1], sentAt);
           if (this.waiting.get(owner) !== waiter) return; // granted (the message came first) or gave up
           const [, , fence, ahead] = reply as [0, number, string, string];
           waiter.fence = fence;
@@ -146,8 +147,9 @@ export class RedisLockBackend implements LockBackend {
 
   async tryAcquire({ key, owner, ttlMs }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
     this.assertOpen();
+    const sentAt = performance.now();
     const reply = await this.runAcquire(key, owner, Math.ceil(ttlMs), false);
-    return reply[0] === 1 ? this.grantOf(key, owner, reply[1]) : null;
+    return reply[0] === 1 ? this.grantOf(key, owner, reply[1], sentAt) : null;
   }
 
   async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
@@ -296,9 +298,9 @@ export class RedisLockBackend implements LockBackend {
   }
 
   /** A grant for `owner`: to its waiter if it still waits, else (it gave up) handed on at once. */
-  private deliver(key: string, owner: string, fence: string): void {
+  private deliver(key: string, owner: string, fence: string, requestedAt?: number): void {
     const waiter = this.waiting.get(owner);
-    if (waiter) return waiter.settle(this.grantOf(key, owner, fence));
+    if (waiter) return waiter.settle(this.grantOf(key, owner, fence, requestedAt));
     if (this.held.has(owner)) return; // the same grant seen twice (message and safety check)
     releaseScript
       .run(this.connections.client, this.keysOf(key).all, [`${fence} ${owner}`, GRANT_CHANNEL_PREFIX, key])
@@ -383,8 +385,8 @@ export class RedisLockBackend implements LockBackend {
   }
 
   /** A grant now held here: tracked so close() can fire its signal and release it. */
-  private grantOf(key: string, owner: string, fence: string): LockGrant {
-    const grant: LockGrant = { key, owner, fencingToken: BigInt(fence), lost: this.closing.signal };
+  private grantOf(key: string, owner: string, fence: string, requestedAt?: number): LockGrant {
+    const grant: LockGrant = { key, owner, fencingToken: BigInt(fence), lost: this.closing.signal, requestedAt };
     this.held.set(owner, grant);
     return grant;
   }

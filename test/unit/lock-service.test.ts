@@ -1,0 +1,131 @@
+import 'reflect-metadata';
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { currentLock, LockKeyError, LockLostError, LockTimeoutError, MemoryLockBackend, MemoryLockStore, WithLock, type LockGrant } from '../../lib';
+import { lockServiceOver } from '../support/lock-service-factory';
+import { overriddenBackend } from '../support/overridden-backend';
+import { abortedWithin, sleep } from '../support/timing';
+
+/** What the service does above any backend: leases, renewal outcomes, the async context. */
+describe('LockService and its leases', () => {
+  it("fires the lost signal with 'renewal-refused' the moment a renewal says the lease is gone", async () => {
+    const service = lockServiceOver(overriddenBackend(() => ({ renew: async () => false })));
+    const lock = await service.acquire('refused', { ttlMs: 600 });
+    const acquiredAt = Date.now();
+    await abortedWithin(lock.signal, 1_000);
+    // The first renewal runs at ttl / 3 = 200 ms; the lease itself would last 600 ms.
+    assert.ok(Date.now() - acquiredAt < 450, `lost after ${Date.now() - acquiredAt} ms`);
+    assert.equal((lock.signal.reason as LockLostError).reason, 'renewal-refused');
+    await lock.release();
+  });
+
+  it("keeps retrying renewals that fail to answer, and fires 'lease-expired' at the deadline it last confirmed", async () => {
+    let renewals = 0;
+    const service = lockServiceOver(
+      overriddenBackend(() => ({
+        renew: async () => {
+          renewals++;
+          throw new Error('connection refused');
+        },
+      })),
+    );
+    const lock = await service.acquire('unreachable', { ttlMs: 600 });
+    const acquiredAt = Date.now();
+    await abortedWithin(lock.signal, 1_500);
+    const lostAfterMs = Date.now() - acquiredAt;
+    assert.ok(lostAfterMs >= 550 && lostAfterMs <= 1_000, `lost after ${lostAfterMs} ms, not at the 600 ms lease's end`);
+    assert.equal((lock.signal.reason as LockLostError).reason, 'lease-expired');
+    assert.ok(renewals >= 2, `only ${renewals} renewal attempts before the lease ran out`);
+    await lock.release();
+  });
+
+  it('counts the lease from when the winning request was sent, not from when the answer arrived', async () => {
+    const service = lockServiceOver(
+      overriddenBackend((inner) => ({
+        // As if the request had been sent 400 ms before its answer came.
+        tryAcquire: async (request) => {
+          const grant = await inner.tryAcquire(request);
+          return grant && ({ ...grant, requestedAt: performance.now() - 400 } satisfies LockGrant);
+        },
+      })),
+    );
+    const lock = (await service.tryAcquire('slow-answer', { ttlMs: 600, renew: false }))!;
+    const grantedAt = Date.now();
+    await abortedWithin(lock.signal, 1_000);
+    assert.ok(Date.now() - grantedAt < 300, `lost ${Date.now() - grantedAt} ms after the answer: counted from the answer`);
+    await lock.release();
+  });
+
+  it('extend() rejects when the lock was lost while the renewal was on its way, even if the server then said yes', async () => {
+    const service = lockServiceOver(
+      overriddenBackend(() => ({
+        renew: async () => {
+          await sleep(100);
+          return true;
+        },
+      })),
+    );
+    const lock = await service.acquire('extend-race', { ttlMs: 60, renew: false });
+    await assert.rejects(lock.extend(10_000), LockLostError);
+    assert.equal(lock.isHeld, false);
+  });
+
+  it('waitTimeoutMs 0 takes a free lock even when the server answers slowly, and refuses a held one at once', async () => {
+    const service = lockServiceOver(
+      overriddenBackend((inner) => ({
+        tryAcquire: async (request) => {
+          await sleep(30);
+          return inner.tryAcquire(request);
+        },
+      })),
+    );
+    const lock = await service.acquire('zero', { waitTimeoutMs: 0 });
+    const started = Date.now();
+    await assert.rejects(service.acquire('zero', { waitTimeoutMs: 0 }), LockTimeoutError);
+    assert.ok(Date.now() - started < 500);
+    await lock.release();
+  });
+
+  it('re-enters only through the service that took the lock: another service of the process waits like a remote client', async () => {
+    const store = new MemoryLockStore();
+    const [a, b] = [lockServiceOver(new MemoryLockBackend(store)), lockServiceOver(new MemoryLockBackend(store))];
+    await a.withLock('shared', async () => {
+      assert.ok(a.current('shared'));
+      assert.equal(b.current('shared'), undefined);
+      assert.equal(await b.tryAcquire('shared'), null, 'another service re-entered a lock it does not hold');
+      const nested = await a.tryAcquire('shared');
+      assert.equal(nested?.reentrant, true);
+      await nested!.release();
+    });
+  });
+
+  it('currentLock() is the innermost lock still held: not one released while a child outlived it', async () => {
+    const service = lockServiceOver(new MemoryLockBackend());
+    let child!: Promise<string | undefined>;
+    await service.withLock('parent', async () => {
+      assert.equal(currentLock()?.key, 'parent');
+      child = sleep(50).then(() => currentLock()?.key);
+    });
+    assert.equal(await child, undefined, 'a child still saw the released lock as current');
+  });
+
+  it('names a static method Class.method in key errors', async () => {
+    lockServiceOver(new MemoryLockBackend());
+    class Jobs {
+      @WithLock('job:<0>')
+      static async run(_id: unknown) {
+        return 'ran';
+      }
+    }
+    await assert.rejects(Jobs.run(undefined), (error: unknown) => error instanceof LockKeyError && error.method === 'Jobs.run');
+  });
+
+  it('closing the memory backend fires the lost signal of every lock it holds', async () => {
+    const backend = new MemoryLockBackend();
+    const service = lockServiceOver(backend);
+    const lock = await service.acquire('closing');
+    await backend.close();
+    await abortedWithin(lock.signal, 100);
+    assert.equal((lock.signal.reason as LockLostError).reason, 'backend-reported');
+  });
+});
