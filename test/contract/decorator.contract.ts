@@ -2,7 +2,7 @@ import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { setImmediate as tick } from 'node:timers/promises';
 import { afterEach, describe, it } from 'node:test';
-import { Body, Controller, Get, Injectable, Module, Param, Post, SetMetadata, type INestApplication } from '@nestjs/common';
+import { Body, Controller, Get, Injectable, Module, Param, Post, RequestMethod, SetMetadata, type INestApplication } from '@nestjs/common';
 import { PATH_METADATA, METHOD_METADATA } from '@nestjs/common/constants';
 import { NestFactory } from '@nestjs/core';
 import { DistributedLockModule, LockKeyError, WithLock, currentLock, type LockBackend } from '../../lib';
@@ -86,26 +86,36 @@ export function runDecoratorContract(newClient: () => Promise<LockBackend>): voi
       return { url: (await app.getUrl()).replace('[::1]', '127.0.0.1'), orders: app.get(OrderService) };
     }
 
-    it('keeps route and job metadata and the method name in either decorator order', async () => {
+    it('keeps route and job metadata and the method name in either decorator order, and locks the routes', async () => {
       const { url } = await start();
-      for (const name of ['lockAppliedFirst', 'routeAppliedFirst'] as const) {
+      for (const [name, verb] of [
+        ['lockAppliedFirst', RequestMethod.GET],
+        ['routeAppliedFirst', RequestMethod.POST],
+      ] as const) {
         const method = StockController.prototype[name];
         assert.equal(method.name, name);
         assert.equal(Reflect.getMetadata(PATH_METADATA, method), ':sku');
-        assert.notEqual(Reflect.getMetadata(METHOD_METADATA, method), undefined);
+        assert.equal(Reflect.getMetadata(METHOD_METADATA, method), verb);
       }
       assert.equal(Reflect.getMetadata('job', OrderService.prototype.nightlyReport), 'nightly');
       assert.equal(Reflect.getMetadata('job', OrderService.prototype.hourlyReport), 'hourly');
       const got = await fetch(`${url}/stock/apple`);
       assert.equal(got.status, 200);
-      assert.equal(((await got.json()) as { sku: string }).sku, 'apple');
+      const read = (await got.json()) as { sku: string; token: string };
+      assert.equal(read.sku, 'apple');
+      assert.match(read.token, /^\d+$/, 'the GET handler ran without its lock');
+      assert.equal(calls.acquire, 1, 'the GET route did not take its lock');
       const posted = await fetch(`${url}/stock/pear`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ id: 'o-1' }),
       });
       assert.equal(posted.status, 201);
-      assert.equal(((await posted.json()) as { sku: string }).sku, 'pear');
+      const placed = (await posted.json()) as { sku: string; token: string };
+      assert.equal(placed.sku, 'pear');
+      assert.match(placed.token, /^\d+$/);
+      // stock:pear around order:o-1 (whose confirm() re-enters order:o-1 at no cost).
+      assert.equal(calls.acquire, 3, 'the POST route did not take both of its locks');
     });
 
     it('serialises calls on one key and re-enters a key the call chain holds', async () => {

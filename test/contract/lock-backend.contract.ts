@@ -52,8 +52,20 @@ export function runLockContract(options: ContractOptions): void {
       await Promise.all(services.splice(0).map((service) => service.onApplicationShutdown()));
     });
 
+    /**
+     * A new client that has already connected (and opened its session, where the backend has
+     * one): backends connect lazily, and a first acquisition that pays for the connection would
+     * overtake nothing in the FIFO test only by luck.
+     */
+    async function newBackend(): Promise<LockBackend> {
+      const backend = await target.newClient();
+      const warmUp = await backend.tryAcquire({ key: `warm-up-${newKey()}`, owner: `warm-up-${keySeq}`, ttlMs: 10_000 });
+      if (warmUp) await backend.release(warmUp);
+      return backend;
+    }
+
     async function client(backend?: LockBackend): Promise<LockService> {
-      const service = lockServiceOver(backend ?? (await target.newClient()));
+      const service = lockServiceOver(backend ?? (await newBackend()));
       services.push(service);
       return service;
     }
@@ -99,7 +111,7 @@ export function runLockContract(options: ContractOptions): void {
 
     it('is re-entrant within one async call chain, with no backend call, and releases at the outermost exit', async () => {
       const key = newKey();
-      const { backend, calls } = countingBackend(await target.newClient());
+      const { backend, calls } = countingBackend(await newBackend());
       const service = await client(backend);
       await service.withLock(key, async (outer) => {
         const callsBefore = { ...calls };
@@ -202,6 +214,7 @@ export function runLockContract(options: ContractOptions): void {
       const lostAfter = Date.now() - started;
       assert.ok(stale.signal.reason instanceof LockLostError, 'the signal reason is not a LockLostError');
       assert.ok(lostAfter <= shortTtlMs + 100, `signal fired ${lostAfter} ms after a ${shortTtlMs} ms lease`);
+      assert.ok(lostAfter >= shortTtlMs * 0.8, `signal fired ${lostAfter} ms into a ${shortTtlMs} ms lease`);
       const next = await waiter;
       const handedAfter = Date.now() - started;
       assert.ok(handedAfter <= shortTtlMs + expiryBoundMs, `next holder waited ${handedAfter} ms for a ${shortTtlMs} ms lease`);
@@ -226,9 +239,38 @@ export function runLockContract(options: ContractOptions): void {
       assert.equal(lock.isHeld, true);
       assert.equal(lock.signal.aborted, false);
       assert.equal(await b.tryAcquire(key), null);
-      await lock.extend(shortTtlMs * 2);
       await lock.release();
       await assert.rejects(lock.extend(), /released/);
+    });
+
+    it('extend() moves the lease out, at the server too', async () => {
+      const key = newKey();
+      const [a, b] = [await client(), await client()];
+      const lock = await a.acquire(key, { ttlMs: shortTtlMs, renew: false });
+      await sleep(shortTtlMs / 3);
+      await lock.extend(shortTtlMs * 3);
+      await sleep(shortTtlMs); // past the first lease's end
+      assert.equal(lock.isHeld, true, 'the extended lease ended with the first one');
+      assert.equal(await b.tryAcquire(key), null, 'the server let the first lease end');
+      await lock.release();
+    });
+
+    it("a release or renewal with another owner's id changes nothing", async () => {
+      const key = newKey();
+      const [holderBackend, intruder] = [await newBackend(), await newBackend()];
+      const grant = await holderBackend.acquire({ key, owner: 'rightful', ttlMs: 30_000, signal: new AbortController().signal });
+      const forged = { ...grant, owner: 'intruder' };
+      assert.equal(await intruder.renew(forged, 30_000), false);
+      await intruder.release(forged);
+      await holderBackend.release(forged);
+      const probe = { key, owner: 'probe', ttlMs: 30_000 };
+      assert.equal(await intruder.tryAcquire(probe), null, "a forged release freed the holder's lock");
+      assert.equal(await holderBackend.renew(grant, 30_000), true);
+      await holderBackend.release(grant);
+      const after = await intruder.tryAcquire(probe);
+      assert.ok(after, 'the rightful release did not free the lock');
+      await intruder.release(after);
+      await Promise.all([holderBackend.close(), intruder.close()]);
     });
 
     it('withLock rethrows the handler error after releasing', async () => {
@@ -260,7 +302,7 @@ export function runLockContract(options: ContractOptions): void {
 
     it('on shutdown fires the held locks\' signals and releases them for other clients', async () => {
       const key = newKey();
-      const closing = lockServiceOver(await target.newClient());
+      const closing = lockServiceOver(await newBackend());
       const other = await client();
       const lock = await closing.acquire(key);
       const started = Date.now();
@@ -276,7 +318,7 @@ export function runLockContract(options: ContractOptions): void {
     });
 
     it('rejects bad names with LockKeyError before any backend call', async () => {
-      const { backend, calls } = countingBackend(await target.newClient());
+      const { backend, calls } = countingBackend(await newBackend());
       const service = await client(backend);
       for (const bad of [undefined, null, '', Number.NaN, {}, [], 42]) {
         await assert.rejects(service.acquire(bad as never), LockKeyError);
