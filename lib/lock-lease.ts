@@ -14,16 +14,39 @@ export function driftAllowanceMs(ttlMs: number): number {
 const logger = new Logger('DistributedLock');
 
 /**
+ * The leases listening to each backend `lost` signal. Backends may share one signal among all
+ * their grants (Redis aborts one at close()); EventTarget walks its list of listeners on every
+ * add and remove, which with thousands of locks held would cost O(locks) per acquisition. One
+ * listener per signal and a Set make joining and leaving O(1).
+ */
+const leasesBySignal = new WeakMap<AbortSignal, Set<LockLease>>();
+
+function listenForLoss(lease: LockLease, signal: AbortSignal): void {
+  let leases = leasesBySignal.get(signal);
+  if (!leases) {
+    const listening = new Set<LockLease>();
+    leasesBySignal.set(signal, (leases = listening));
+    signal.addEventListener('abort', () => {
+      for (const each of listening) each.markLost('backend-reported', signal.reason);
+    }, { once: true });
+  }
+  leases.add(lease);
+}
+
+/**
  * One granted lease in this process: renews it while held, keeps the local deadline it last
  * confirmed, fires the lost signal the moment the lease is known gone, and releases it once when
  * the last re-entrant holder leaves. LockHandle is the user's view of it.
+ *
+ * One timer per lease, aimed at whichever comes first: the next renewal or the deadline.
  */
 export class LockLease {
   private readonly lostController = new AbortController();
   private holds = 1;
   private deadline: number;
-  private renewTimer?: NodeJS.Timeout;
-  private expiryTimer?: NodeJS.Timeout;
+  /** When the next renewal is due; Infinity while none is (renew off, or one on its way). */
+  private renewAt = Infinity;
+  private timer?: NodeJS.Timeout;
   private released?: Promise<void>;
   private lostError?: LockLostError;
 
@@ -50,10 +73,10 @@ export class LockLease {
         else this.confirm(from, this.ttlMs, true);
       });
     }
-    this.armExpiry();
-    if (autoRenew) this.scheduleRenewal(this.interval());
-    grant.lost.addEventListener('abort', this.onBackendLost, { once: true });
-    if (grant.lost.aborted) this.onBackendLost();
+    if (autoRenew) this.renewAt = performance.now() + this.interval();
+    this.arm();
+    if (grant.lost.aborted) this.markLost('backend-reported', grant.lost.reason);
+    else listenForLoss(this, grant.lost);
   }
 
   get signal(): AbortSignal {
@@ -99,8 +122,18 @@ export class LockLease {
     // Lost or released while the renewal was on its way: the renewal changes nothing for us.
     this.assertHeld();
     this.ttlMs = ttlMs;
+    if (this.autoRenew) this.renewAt = performance.now() + this.interval();
     this.confirm(started, ttlMs);
-    if (this.autoRenew) this.scheduleRenewal(this.interval());
+  }
+
+  markLost(reason: LockLostReason, cause?: unknown): void {
+    if (this.lostError || this.released) return;
+    this.stop();
+    this.lostError = new LockLostError(this.name, this.grant.fencingToken, reason, { cause });
+    this.lostController.abort(this.lostError);
+    // Our own deadline passed: give the lock up at the backend too (owner-checked), so the next
+    // waiter does not wait for a server-side lease that outlives ours (etcd's session, a ZK node).
+    if (reason === 'lease-expired') this.backend.release(this.grant).catch(() => undefined);
   }
 
   private assertHeld(): void {
@@ -112,14 +145,23 @@ export class LockLease {
     return this.renewIntervalMs !== undefined && this.renewIntervalMs < this.ttlMs ? this.renewIntervalMs : this.ttlMs / 3;
   }
 
-  private scheduleRenewal(delayMs: number): void {
-    clearTimeout(this.renewTimer);
-    this.renewTimer = setTimeout(() => void this.renewNow(), delayMs);
-    this.renewTimer.unref();
+  private arm(): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(this.onTimer, Math.max(0, Math.min(this.renewAt, this.deadline) - performance.now()));
+    this.timer.unref();
   }
 
+  private readonly onTimer = (): void => {
+    if (!this.isActive) return; // the deadline passed: isActive has fired the lost signal
+    if (performance.now() >= this.renewAt) {
+      this.renewAt = Infinity;
+      void this.renewNow();
+    }
+    // Watch the deadline meanwhile; timers can also fire a little early (libuv's cached loop time).
+    this.arm();
+  };
+
   private async renewNow(): Promise<void> {
-    if (!this.isActive) return;
     const started = performance.now();
     // The ttl this renewal asks for: extend() may change this.ttlMs while it is on its way.
     const ttlMs = this.ttlMs;
@@ -127,12 +169,14 @@ export class LockLease {
       const stillOurs = await this.backend.renew(this.grant, ttlMs);
       if (!this.isActive) return;
       if (!stillOurs) return this.markLost('renewal-refused');
+      this.renewAt = performance.now() + this.interval();
       this.confirm(started, ttlMs);
-      this.scheduleRenewal(this.interval());
     } catch (error) {
-      // Could not tell: keep trying until the lease last confirmed runs out (armExpiry).
+      // Could not tell: keep trying until the lease last confirmed runs out.
       logger.warn(`Renewing lock "${this.name}" failed, retrying: ${(error as Error).message}`);
-      if (this.isActive) this.scheduleRenewal(Math.max(this.interval() / 3, 10));
+      if (!this.isActive) return;
+      this.renewAt = performance.now() + Math.max(this.interval() / 3, 10);
+      this.arm();
     }
   }
 
@@ -142,16 +186,8 @@ export class LockLease {
    */
   private confirm(started: number, ttlMs: number, onlyLater = false): void {
     const deadline = started + ttlMs - driftAllowanceMs(ttlMs);
-    if (onlyLater && deadline <= this.deadline) return;
-    this.deadline = deadline;
-    this.armExpiry();
-  }
-
-  private armExpiry(): void {
-    clearTimeout(this.expiryTimer);
-    // Timers can fire a little early (libuv's cached loop time): re-arm until the deadline is due.
-    this.expiryTimer = setTimeout(() => this.isActive && this.armExpiry(), Math.max(0, this.deadline - performance.now()));
-    this.expiryTimer.unref();
+    if (!onlyLater || deadline > this.deadline) this.deadline = deadline;
+    this.arm();
   }
 
   private checkDeadline(): void {
@@ -160,27 +196,14 @@ export class LockLease {
     }
   }
 
-  private readonly onBackendLost = () => this.markLost('backend-reported', this.grant.lost.reason);
-
-  markLost(reason: LockLostReason, cause?: unknown): void {
-    if (this.lostError || this.released) return;
-    this.stopTimers();
-    this.lostError = new LockLostError(this.name, this.grant.fencingToken, reason, { cause });
-    this.lostController.abort(this.lostError);
-    // Our own deadline passed: give the lock up at the backend too (owner-checked), so the next
-    // waiter does not wait for a server-side lease that outlives ours (etcd's session, a ZK node).
-    if (reason === 'lease-expired') this.backend.release(this.grant).catch(() => undefined);
-  }
-
-  private stopTimers(): void {
-    clearTimeout(this.renewTimer);
-    clearTimeout(this.expiryTimer);
-    this.grant.lost.removeEventListener('abort', this.onBackendLost);
+  private stop(): void {
+    clearTimeout(this.timer);
+    leasesBySignal.get(this.grant.lost)?.delete(this);
   }
 
   private async releaseAtBackend(): Promise<void> {
     this.checkDeadline();
-    this.stopTimers();
+    this.stop();
     const validForMs = this.lostError ? undefined : this.deadline - performance.now();
     try {
       await this.backend.release(this.grant, validForMs);

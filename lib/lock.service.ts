@@ -1,7 +1,7 @@
 import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { LOCK_BACKEND } from './backends/lock-backend.token';
-import type { LockBackend, LockGrant } from './backends/lock-backend.interface';
+import type { AcquireRequest, LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { DistributedLockError, LockBackendError, LockTimeoutError } from './errors';
 import { lockContext, LockScope } from './lock-context';
 import { LockHandle } from './lock-handle';
@@ -153,25 +153,36 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
     callerSignal: AbortSignal | undefined,
   ): Promise<LockGrant> {
     const started = performance.now();
-    const waiting = new AbortController();
+    // Made only when a backend looks at the request's signal (most grants come at once, before
+    // any backend needs it) or when the wait must end: an AbortSignal costs microseconds to make.
+    let waiting: AbortController | undefined;
+    const stop = (reason: unknown) => (waiting ??= new AbortController()).abort(reason);
     const timer =
       waitTimeoutMs === Infinity
         ? undefined
-        : setTimeout(() => waiting.abort(new LockTimeoutError(name, Math.round(performance.now() - started))), waitTimeoutMs);
-    const onCallerAbort = () => waiting.abort(callerSignal!.reason);
-    if (callerSignal?.aborted) onCallerAbort();
+        : setTimeout(() => stop(new LockTimeoutError(name, Math.round(performance.now() - started))), waitTimeoutMs);
+    const onCallerAbort = () => stop(callerSignal!.reason);
     callerSignal?.addEventListener('abort', onCallerAbort, { once: true });
+    const request: AcquireRequest = {
+      key,
+      owner: this.nextOwner(),
+      ttlMs,
+      get signal() {
+        return (waiting ??= new AbortController()).signal;
+      },
+    };
     try {
-      return await this.backend.acquire({ key, owner: this.nextOwner(), ttlMs, signal: waiting.signal });
+      return await this.backend.acquire(request);
     } catch (error) {
       // A timeout or the caller's abort reaches us as the signal's own reason: pass it through.
-      if (waiting.signal.aborted && error === waiting.signal.reason) throw error;
+      if (waiting?.signal.aborted && error === waiting.signal.reason) throw error;
       throw this.wrap('acquire', error);
     } finally {
       clearTimeout(timer);
       callerSignal?.removeEventListener('abort', onCallerAbort);
     }
   }
+
 
   /** Wraps client errors once, at the boundary; the library's own errors pass through. */
   private wrap(operation: string, error: unknown): Error {

@@ -50,6 +50,11 @@ export interface AcquireRequest {
   readonly owner: string;
   /** Lease length. Backends with coarser leases round up and say how in their docs. */
   readonly ttlMs: number;
+  /**
+   * Aborts when the caller stops waiting (timeout, its own signal, shutdown). LockService makes
+   * it on first access, so a backend that grants at once should look at it only once it has to
+   * wait (an abort before then is seen at that first look).
+   */
   readonly signal: AbortSignal;
 }
 

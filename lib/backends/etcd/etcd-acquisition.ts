@@ -7,8 +7,12 @@ import type { LocalFollower, LocalFollowers } from './local-followers';
 
 /** How the acquisition tells the backend how it ended. */
 export interface AcquisitionOutcome {
-  /** Our key is the lowest, our key still exists and our session is alive. */
-  granted(revision: bigint): void;
+  /**
+   * Our key is the lowest, our key still exists and our session is alive. `handedOverUntil`: the
+   * lock came from a holder of this process whose delete etcd does not have yet (see
+   * LocalFollowers.handOver); that holder's lease is known valid until then.
+   */
+  granted(revision: bigint, handedOverUntil?: number): void;
   /** Gave up (abort, session lost, error): the caller is told at once. */
   failed(error: unknown): void;
   /**
@@ -22,6 +26,16 @@ export interface AcquisitionOutcome {
 const RECHECK_RETRY_MS = 200;
 
 /**
+ * How long a waiter's watch may stay silent before the waiter rechecks anyway (and again after
+ * each such period): half the session ttl, within [0.5 s, 5 s]. The session ttl is the failover
+ * time the user chose for a crashed holder; a stalled watch delays a hand-off by at most about
+ * half of it, for one read-only transaction per waiter and period.
+ */
+export function watchSafetyNetMs(sessionTtlSeconds: number): number {
+  return Math.min(5_000, Math.max(500, (sessionTtlSeconds * 1000) / 2));
+}
+
+/**
  * One waiter in the queue of one lock name (etcd's concurrency.Mutex recipe): put our key, and
  * while it is not the lowest, wait only for the deletion of the key just before it (no herd).
  * On every wake-up, recheck in one read-only transaction that our key still exists and which key
@@ -32,6 +46,7 @@ const RECHECK_RETRY_MS = 200;
 export class EtcdAcquisition implements LocalFollower {
   private revision?: bigint;
   private watcher?: Watcher;
+  private safetyNet?: NodeJS.Timeout;
   private predecessor?: Buffer;
   private checking = false;
   private checkAgain = false;
@@ -47,7 +62,14 @@ export class EtcdAcquisition implements LocalFollower {
     private readonly txn: (request: ITxnRequest) => Promise<ITxnResponse>,
     private readonly localFollowers: LocalFollowers,
     private readonly outcome: AcquisitionOutcome,
+    /** watchSafetyNetMs of the session. */
+    private readonly safetyNetMs: number,
   ) {}
+
+  /** Our key is in the queue: the enqueue answered with it. */
+  get queued(): boolean {
+    return this.revision !== undefined;
+  }
 
   /** One round trip: put + read the key before ours; none means the lock is ours. */
   async start(): Promise<void> {
@@ -93,8 +115,8 @@ export class EtcdAcquisition implements LocalFollower {
   }
 
   /** Told by this process that our predecessor held the lock and let go (LocalFollowers.handOver). */
-  predecessorReleased(): void {
-    this.grant();
+  predecessorReleased(validUntil: number): void {
+    this.grant(validUntil);
   }
 
   /**
@@ -119,10 +141,13 @@ export class EtcdAcquisition implements LocalFollower {
   private watch(predecessor: IKeyValue, readRevision: bigint): void {
     const watcher = this.client.watch().key(predecessor.key).only('delete').watcher();
     this.watcher = watcher;
+    this.armSafetyNet(watcher);
     let connections = 0;
+    watcher.on('data', () => watcher === this.watcher && this.armSafetyNet(watcher));
     watcher.on('delete', () => watcher === this.watcher && void this.recheck());
     watcher.on('connected', (created: { header: { revision: string } }) => {
       if (watcher !== this.watcher) return;
+      this.armSafetyNet(watcher);
       // After a reconnect the stream may have skipped events sent just before it broke.
       if (++connections > 1) return void this.recheck();
       if (BigInt(created.header.revision) === readRevision) return;
@@ -139,7 +164,24 @@ export class EtcdAcquisition implements LocalFollower {
     });
   }
 
+  /**
+   * etcd3's watch streams have no keepalive: a watch carried by a member that stalls (a paused
+   * process, a half-open connection) neither errors nor delivers, and its waiter would wait
+   * forever after the lock was freed. So a watch that has heard nothing for `safetyNetMs` is
+   * backed by a recheck, served by whichever member answers, and again every `safetyNetMs`.
+   */
+  private armSafetyNet(watcher: Watcher): void {
+    clearTimeout(this.safetyNet);
+    this.safetyNet = setTimeout(() => {
+      if (watcher !== this.watcher) return;
+      this.armSafetyNet(watcher);
+      void this.recheck();
+    }, this.safetyNetMs);
+    this.safetyNet.unref();
+  }
+
   private unfollow(): void {
+    clearTimeout(this.safetyNet);
     this.watcher?.cancel().catch(() => undefined);
     this.watcher = undefined;
     if (this.predecessor) this.localFollowers.unfollow(this.predecessor, this);
@@ -172,12 +214,12 @@ export class EtcdAcquisition implements LocalFollower {
     }
   }
 
-  private grant(): void {
+  private grant(handedOverUntil?: number): void {
     if (this.state !== 'waiting') return;
     if (!this.session.alive) return this.fail(this.sessionLost());
     this.state = 'granted';
     this.unfollow();
-    this.outcome.granted(this.revision!);
+    this.outcome.granted(this.revision!, handedOverUntil);
   }
 
   private fail(error: unknown): void {

@@ -62,19 +62,24 @@ export function recheckTxn(keys: LockKeys, revision: bigint): ITxnRequest {
 /**
  * Release or leave the queue: delete our key only if it is still the one we created, so a
  * retried or late delete never removes a newer key (etcd issue 22082), and read who holds the
- * lock now (the lowest key left): when that is a waiter of this process, it is granted at once.
+ * lock now (the lowest key left), whether the delete happened or the key was already gone (a
+ * retry whose first try committed): when that is a waiter of this process, it is granted at
+ * once, and a hand-over inside this process is confirmed.
  * With no revision (the enqueue failed in flight and we never learnt it) the key is deleted as
  * is: its name holds this acquisition's unique owner id, so no other acquisition can own it.
  */
 export function deleteOwnTxn(keys: LockKeys, revision: bigint | undefined): ITxnRequest {
+  const lowest = { request_range: { key: keys.start, range_end: keys.end, sort_target: 'Create', sort_order: 'Ascend', limit: 1, keys_only: true } } as const;
   return {
     compare: revision === undefined ? [] : [{ key: keys.own, target: 'Create', result: 'Equal', create_revision: revision.toString() }],
-    success: [
-      { request_delete_range: { key: keys.own } },
-      { request_range: { key: keys.start, range_end: keys.end, sort_target: 'Create', sort_order: 'Ascend', limit: 1, keys_only: true } },
-    ],
-    failure: [],
+    success: [{ request_delete_range: { key: keys.own } }, lowest],
+    failure: [lowest],
   };
+}
+
+/** The lowest key under the name, read by a deleteOwnTxn, if any is left. */
+export function lowestAfterDelete(response: ITxnResponse): IKeyValue | undefined {
+  return rangeKvs(response, response.succeeded ? 1 : 0)[0];
 }
 
 /**

@@ -1,22 +1,31 @@
 import type { Etcd3, ILeaseKeepAliveResponse, Lease } from 'etcd3';
 import { driftAllowanceMs } from '../../lock-lease';
 
+/** A keepalive probe goes out when no keepalive sent in this fraction of the ttl was answered. */
+const PROBE_AFTER_TTL = 0.4;
+/** Each probe's deadline, as a fraction of the ttl: about six tries fit before the deadline. */
+const PROBE_TIMEOUT_TTL = 0.1;
+
 /**
  * One process's session: an etcd lease kept alive by etcd3's keepalive stream (one request every
  * third of the ttl). Every lock key of the process is put with it, so when the process dies its
  * keys go with the lease.
  *
- * The session also keeps its own local deadline: the send time of the oldest keepalive that was
+ * The session also keeps its own local deadline: the send time of the newest keepalive that was
  * answered, plus the ttl the server granted, minus a drift allowance. etcd3 itself only gives up
  * at twice the ttl, long after the server dropped the keys; a holder must learn it lost its locks
- * before anyone else can be granted them, so `onLost` fires at that local deadline.
+ * before anyone else can be granted them, so `onLost` fires at that local deadline. A stream that
+ * goes quiet is backed by keepalive probes through any member (see armProbe).
  */
 export class EtcdSession {
   private lostReason?: Error;
   private deadline: number;
   private timer?: NodeJS.Timeout;
+  private probeTimer?: NodeJS.Timeout;
   /** performance.now() of keepalives sent and not yet answered, oldest first. */
   private sent: number[] = [];
+  /** performance.now() when the newest keepalive etcd answered (or the grant) was sent. */
+  private confirmedSentAt: number;
 
   private constructor(
     private readonly lease: Lease,
@@ -26,18 +35,28 @@ export class EtcdSession {
     private readonly onLost: (session: EtcdSession, reason: Error) => void,
   ) {
     this.deadline = grantedAt + ttlSeconds * 1000 - driftAllowanceMs(ttlSeconds * 1000);
+    this.confirmedSentAt = grantedAt;
     this.arm();
+    this.armProbe();
     lease.on('keepaliveFired', () => this.sent.push(performance.now()));
     lease.on('keepaliveEstablished', () => (this.sent = []));
     lease.on('keepaliveFailed', () => (this.sent = []));
-    lease.on('keepaliveSucceeded', (response: ILeaseKeepAliveResponse) => this.confirmed(response));
+    lease.on('keepaliveSucceeded', (response: ILeaseKeepAliveResponse) => this.streamAnswered(response));
     lease.on('lost', (error: Error) => this.end(error));
   }
 
-  /** Grants the lease (one round trip) and starts its keepalive stream. */
-  static async open(client: Etcd3, ttlSeconds: number, onLost: (session: EtcdSession, reason: Error) => void): Promise<EtcdSession> {
+  /**
+   * Grants the lease (one round trip) and starts its keepalive stream. `grantDeadline`: for a
+   * client with no deadlines of its own (a user's), the grant's, or it could wait forever.
+   */
+  static async open(
+    client: Etcd3,
+    ttlSeconds: number,
+    onLost: (session: EtcdSession, reason: Error) => void,
+    grantDeadline?: { deadline: number },
+  ): Promise<EtcdSession> {
     const grantedAt = performance.now();
-    const lease = client.lease(ttlSeconds);
+    const lease = client.lease(ttlSeconds, grantDeadline);
     const leaseId = await lease.grant();
     return new EtcdSession(lease, leaseId, grantedAt, ttlSeconds, onLost);
   }
@@ -57,6 +76,7 @@ export class EtcdSession {
     if (this.lostReason) return;
     this.lostReason = reason;
     clearTimeout(this.timer);
+    clearTimeout(this.probeTimer);
     this.lease.release();
     this.onLost(this, reason);
   }
@@ -74,12 +94,54 @@ export class EtcdSession {
     clearTimeout(timer);
   }
 
-  private confirmed(response: ILeaseKeepAliveResponse): void {
+  private streamAnswered(response: ILeaseKeepAliveResponse): void {
     const sentAt = this.sent.shift();
-    if (sentAt === undefined || this.lostReason) return;
+    if (sentAt !== undefined) this.confirmed(sentAt, response);
+  }
+
+  /** etcd answered a keepalive sent at `sentAt`: the lease runs its ttl from then at least. */
+  private confirmed(sentAt: number, response: ILeaseKeepAliveResponse): void {
+    if (this.lostReason) return;
     const ttlMs = Number(response.TTL) * 1000;
     this.deadline = Math.max(this.deadline, sentAt + ttlMs - driftAllowanceMs(ttlMs));
+    this.confirmedSentAt = Math.max(this.confirmedSentAt, sentAt);
     this.arm();
+    this.armProbe();
+  }
+
+  /**
+   * The keepalive stream sends every third of the ttl and is answered within milliseconds. When
+   * the member carrying it stalls (a paused process, a half-open connection) it neither answers
+   * nor errors, and etcd3 reconnects it only after a whole ttl of silence, past the session's
+   * deadline: every lock of the process would be lost while the cluster is healthy. So once no
+   * keepalive sent in the last 0.4 ttl has been answered, a probe goes out: one keepalive on a
+   * stream of its own (etcd3's keepaliveOnce, to a member picked at random), with a deadline of
+   * a tenth of the ttl, and again until one is answered or the session ends. Any member forwards
+   * a keepalive to the leader, so a live member confirms the lease.
+   */
+  private armProbe(): void {
+    clearTimeout(this.probeTimer);
+    const dueAt = this.confirmedSentAt + this.ttlSeconds * 1000 * PROBE_AFTER_TTL;
+    this.probeTimer = setTimeout(() => void this.probe(), Math.max(0, dueAt - performance.now()));
+    this.probeTimer.unref();
+  }
+
+  private async probe(): Promise<void> {
+    if (!this.alive) return;
+    // Timers can fire a little early, and an answer may have come meanwhile.
+    if (performance.now() < this.confirmedSentAt + this.ttlSeconds * 1000 * PROBE_AFTER_TTL) return this.armProbe();
+    const timeoutMs = this.ttlSeconds * 1000 * PROBE_TIMEOUT_TTL;
+    const sentAt = performance.now();
+    try {
+      this.confirmed(sentAt, await this.lease.keepaliveOnce({ deadline: Date.now() + timeoutMs }));
+    } catch {
+      // A lease etcd no longer has is reported through 'lost' (keepaliveOnce emits it). Anything
+      // else: try again, no sooner than one probe deadline after this one started.
+      if (!this.alive) return;
+      clearTimeout(this.probeTimer);
+      this.probeTimer = setTimeout(() => void this.probe(), Math.max(0, sentAt + timeoutMs - performance.now()));
+      this.probeTimer.unref();
+    }
   }
 
   private arm(): void {

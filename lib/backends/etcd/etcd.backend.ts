@@ -1,13 +1,14 @@
-import type { Etcd3, ITxnRequest, ITxnResponse } from 'etcd3';
+import type { Etcd3, IKeyValue, ITxnRequest, ITxnResponse } from 'etcd3';
 import { DistributedLockError, LockBackendError } from '../../errors';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
 import { loadPeer } from '../load-peer';
-import { EtcdAcquisition } from './etcd-acquisition';
+import { EtcdAcquisition, watchSafetyNetMs } from './etcd-acquisition';
 import { lockKeys, type LockKeys } from './etcd-keys';
 import { DEFAULT_ETCD_HOSTS, sessionTtlSeconds, validateEtcdOptions, type EtcdBackendOptions } from './etcd-options';
-import { deleteOwnTxn, ownKeyTxn, rangeKvs, tryTakeTxn } from './etcd-requests';
+import { createRevision, deleteOwnTxn, lowestAfterDelete, ownKeyTxn, tryTakeTxn } from './etcd-requests';
 import { EtcdSession } from './etcd-session';
 import { LocalFollowers } from './local-followers';
+import { untilAborted } from './until-aborted';
 
 /**
  * Every call to etcd gets a deadline: without one, a request to a member that died or lost the
@@ -20,12 +21,41 @@ import { LocalFollowers } from './local-followers';
 const ATTEMPT_TIMEOUT_MS = 1_500;
 const CALL_TIMEOUT_MS = 3 * ATTEMPT_TIMEOUT_MS;
 
+/**
+ * A holder hands the lock to the next waiter of its own process only when its lease is known
+ * valid at least this much longer: the waiter holds it under that validity until etcd has the
+ * holder's delete (one write, normally milliseconds). A lease about to end is better handed on
+ * by etcd: the waiter is then granted from the delete's answer.
+ */
+const MIN_HANDOVER_VALIDITY_MS = 100;
+
+/**
+ * A put whose call failed may still commit: etcd had accepted the proposal when the deadline
+ * passed. Its key is deleted by name at once and again this long after: twice a whole call's
+ * deadline, past etcd's own request timeout (5 s + 2 election timeouts: 7 s by default), after
+ * which a proposal has in practice committed or been dropped.
+ */
+const LATE_PUT_MS = 2 * CALL_TIMEOUT_MS;
+
 interface HeldLock {
   readonly grant: LockGrant;
   readonly lost: AbortController;
   readonly keys: LockKeys;
   readonly revision: bigint;
   readonly session: EtcdSession;
+}
+
+/**
+ * A lock handed over inside this process that etcd has not confirmed yet: the keys before the
+ * holder's (this process's, being deleted) may still be there.
+ */
+interface UnconfirmedHandOver {
+  readonly owner: string;
+  readonly own: Buffer;
+  readonly revision: bigint;
+  readonly session: EtcdSession;
+  /** Resolves the grant's `provisional.recorded`. */
+  readonly confirm: (from: number | undefined) => void;
 }
 
 /**
@@ -41,6 +71,8 @@ export class EtcdLockBackend implements LockBackend {
   private readonly held = new Map<string, HeldLock>();
   /** Waiting acquisitions by their own key (latin1), for the hand-off of a local release. */
   private readonly waiting = new Map<string, EtcdAcquisition>();
+  /** By lock name (its range start, latin1): at most one holder per name in a process. */
+  private readonly handOvers = new Map<string, UnconfirmedHandOver>();
   private readonly retryTimers = new Set<NodeJS.Timeout>();
   private readonly localFollowers = new LocalFollowers(2 * CALL_TIMEOUT_MS);
   private closed = false;
@@ -52,9 +84,25 @@ export class EtcdLockBackend implements LockBackend {
     private readonly sessionTtlSeconds: number,
   ) {}
 
-  async acquire({ key, owner, signal }: AcquireRequest): Promise<LockGrant> {
-    signal.throwIfAborted();
-    const session = await this.session();
+  acquire(request: AcquireRequest): Promise<LockGrant> {
+    request.signal.throwIfAborted();
+    return this.queue(request, true);
+  }
+
+  /** One transaction: put our key only if no key exists under the name. */
+  tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+    return this.tryTake(request, true);
+  }
+
+  /**
+   * Queues on the live session (opening one races the caller's signal, so a wait timeout or an
+   * abort also bounds an etcd that does not answer). `retryOnNewSession`: etcd may have dropped
+   * the session before this process noticed, and the put then fails ("lease not found"); an
+   * acquisition that was not queued yet queues once more, on a new session.
+   */
+  private async queue(request: AcquireRequest, retryOnNewSession: boolean): Promise<LockGrant> {
+    const { key, owner, signal } = request;
+    const session = await untilAborted(this.session(), signal);
     signal.throwIfAborted();
     const keys = lockKeys(key, session.leaseId, owner);
     return new Promise<LockGrant>((resolve, reject) => {
@@ -64,17 +112,20 @@ export class EtcdLockBackend implements LockBackend {
         signal.removeEventListener('abort', onAbort);
       };
       const txn = (request: ITxnRequest) => this.txn(session, request);
-      const acquisition: EtcdAcquisition = new EtcdAcquisition(this.client, session, keys, txn, this.localFollowers, {
-        granted: (revision) => {
+      const outcome = {
+        granted: (revision: bigint, handedOverUntil?: number) => {
           settle();
-          resolve(this.hold(key, owner, keys, revision, session));
+          resolve(this.hold(key, owner, keys, revision, session, handedOverUntil));
         },
-        failed: (error) => {
+        failed: (error: unknown) => {
           settle();
-          reject(error);
+          if (retryOnNewSession && !acquisition.queued && !session.alive && !signal.aborted && !this.closed) resolve(this.queue(request, false));
+          else reject(error);
         },
-        cleanup: (revision) => void this.deleteKey(keys, revision, session).catch(() => undefined),
-      });
+        cleanup: (revision: bigint | undefined) =>
+          revision === undefined ? this.deleteUnsure(keys, session) : void this.deleteKey(keys, revision, session, true).catch(() => undefined),
+      };
+      const acquisition = new EtcdAcquisition(this.client, session, keys, txn, this.localFollowers, outcome, watchSafetyNetMs(this.sessionTtlSeconds));
       const ownId = keys.own.toString('latin1');
       this.waiting.set(ownId, acquisition);
       signal.addEventListener('abort', onAbort, { once: true });
@@ -82,15 +133,17 @@ export class EtcdLockBackend implements LockBackend {
     });
   }
 
-  /** One transaction: put our key only if no key exists under the name. */
-  async tryAcquire({ key, owner }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+  /** `retryOnNewSession`: as for queue(). */
+  private async tryTake(request: Omit<AcquireRequest, 'signal'>, retryOnNewSession: boolean): Promise<LockGrant | null> {
+    const { key, owner } = request;
     const session = await this.session();
     const keys = lockKeys(key, session.leaseId, owner);
     let response: ITxnResponse;
     try {
       response = await this.txn(session, tryTakeTxn(keys, session.leaseId));
     } catch (error) {
-      void this.deleteKey(keys, undefined, session).catch(() => undefined);
+      this.deleteUnsure(keys, session);
+      if (retryOnNewSession && !session.alive && !this.closed) return this.tryTake(request, false);
       throw error;
     }
     return response.succeeded ? this.hold(key, owner, keys, BigInt(response.header.revision), session) : null;
@@ -110,15 +163,25 @@ export class EtcdLockBackend implements LockBackend {
     return false;
   }
 
-  /** One transaction: delete our key if it is still the one we were granted. */
-  async release(grant: LockGrant): Promise<void> {
+  /**
+   * One transaction: delete our key if it is still the one we were granted. With `validForMs`
+   * (the lease is known valid), the next waiter of this process, if it is right behind, holds the
+   * lock at once (LocalFollowers.handOver), and a waiter of this process that the delete's answer
+   * shows as the lowest key is granted from that answer. Without it (the lease ran out, or the
+   * service is shutting down), nothing is handed over: the follower learns of the deletion when
+   * it commits and checks with a read of its own.
+   */
+  async release(grant: LockGrant, validForMs?: number): Promise<void> {
     const held = this.heldFor(grant);
     if (!held) return;
     this.held.delete(grant.owner);
+    const nameId = held.keys.start.toString('latin1');
+    if (this.handOvers.get(nameId)?.owner === grant.owner) this.handOvers.delete(nameId);
     // A lost session's keys go with its lease.
     if (!held.session.alive) return;
-    this.localFollowers.handOver(held.keys.own);
-    await this.deleteKey(held.keys, held.revision, held.session);
+    const leaseValid = validForMs !== undefined;
+    if (leaseValid && validForMs >= MIN_HANDOVER_VALIDITY_MS) this.localFollowers.handOver(held.keys.own, performance.now() + validForMs);
+    await this.deleteKey(held.keys, held.revision, held.session, leaseValid);
   }
 
   async close(): Promise<void> {
@@ -129,6 +192,7 @@ export class EtcdLockBackend implements LockBackend {
     const heldError = new DistributedLockError('The etcd lock backend was closed.');
     for (const held of this.held.values()) held.lost.abort(heldError);
     this.held.clear();
+    this.handOvers.clear();
     for (const timer of this.retryTimers) clearTimeout(timer);
     this.localFollowers.clear();
     // Revoking the session deletes every key it still has, at once.
@@ -141,7 +205,7 @@ export class EtcdLockBackend implements LockBackend {
   private async session(): Promise<EtcdSession> {
     for (let attempt = 0; ; attempt++) {
       if (this.closed) throw new DistributedLockError('The etcd lock backend is closed.');
-      this.opening ??= EtcdSession.open(this.client, this.sessionTtlSeconds, this.onSessionLost).then(
+      this.opening ??= EtcdSession.open(this.client, this.sessionTtlSeconds, this.onSessionLost, this.callOptions()).then(
         (session) => (this.current = session),
         (error) => {
           this.opening = undefined;
@@ -167,6 +231,7 @@ export class EtcdLockBackend implements LockBackend {
       this.held.delete(owner);
       held.lost.abort(error);
     }
+    for (const [nameId, handOver] of this.handOvers) if (handOver.session === session) this.handOvers.delete(nameId);
     // If the server still has it (we only lost contact), its keys go now rather than at its ttl.
     if (!this.closed) void session.revoke(CALL_TIMEOUT_MS);
   };
@@ -177,9 +242,11 @@ export class EtcdLockBackend implements LockBackend {
     return held?.grant.fencingToken === grant.fencingToken ? held : undefined;
   }
 
-  private hold(key: string, owner: string, keys: LockKeys, revision: bigint, session: EtcdSession): LockGrant {
+  /** `handedOverUntil`: see AcquisitionOutcome.granted; the grant is then provisional. */
+  private hold(key: string, owner: string, keys: LockKeys, revision: bigint, session: EtcdSession, handedOverUntil?: number): LockGrant {
     const lost = new AbortController();
-    const grant: LockGrant = { key, owner, fencingToken: revision, lost: lost.signal };
+    const provisional = handedOverUntil === undefined ? undefined : { validUntil: handedOverUntil, recorded: this.confirmation(owner, keys, revision, session) };
+    const grant: LockGrant = { key, owner, fencingToken: revision, lost: lost.signal, provisional };
     this.held.set(owner, { grant, lost, keys, revision, session });
     // Granted by an answer that raced with the session's loss: report it lost at once.
     if (!session.alive) {
@@ -190,21 +257,61 @@ export class EtcdLockBackend implements LockBackend {
   }
 
   /**
+   * The lock was handed to `owner` inside this process (LocalFollowers.handOver): etcd has it
+   * once the keys before its own, this process's, are deleted. Resolves with the send time of
+   * the delete whose answer shows its key as the lowest (the lease counts from then), or with
+   * undefined when an answer shows its key gone; never, when no delete gets through (the
+   * holder's lease then ends at the hand-over's `validUntil`).
+   */
+  private confirmation(owner: string, keys: LockKeys, revision: bigint, session: EtcdSession): Promise<number | undefined> {
+    return new Promise((confirm) => this.handOvers.set(keys.start.toString('latin1'), { owner, own: keys.own, revision, session, confirm }));
+  }
+
+  /** A delete sent at `sentAt` read `lowest` under the name: settles a hand-over waiting on it. */
+  private confirmHandOver(keys: LockKeys, lowest: IKeyValue | undefined, sentAt: number): void {
+    const nameId = keys.start.toString('latin1');
+    const handOver = this.handOvers.get(nameId);
+    // A key of ours before the holder's is still being deleted: a later answer will tell.
+    if (!handOver || (lowest && createRevision(lowest) < handOver.revision)) return;
+    this.handOvers.delete(nameId);
+    handOver.confirm(lowest?.key.equals(handOver.own) ? sentAt : undefined);
+  }
+
+  /**
+   * Deletes a key whose put failed in flight, by name: now, and once more LATE_PUT_MS later, for
+   * a put that commits after its call failed. Left alone, such a key of this live session would
+   * block the name until the process ends; its deletion wakes a follower of this process too.
+   */
+  private deleteUnsure(keys: LockKeys, session: EtcdSession): void {
+    void this.deleteKey(keys, undefined, session, true).catch(() => undefined);
+    const timer = setTimeout(() => {
+      this.retryTimers.delete(timer);
+      if (session.alive && !this.closed) void this.deleteKey(keys, undefined, session, true).catch(() => undefined);
+    }, LATE_PUT_MS);
+    timer.unref();
+    this.retryTimers.add(timer);
+  }
+
+  /**
    * Deletes our key; on a network failure keeps retrying in the background while the session
    * lives (its keepalives would keep a forgotten key, and the queue behind it, alive).
+   * `grantNext`: a waiter of this process that the answer shows as the lowest key is granted
+   * from it; otherwise it learns of the deletion through LocalFollowers.gone, and reads.
    */
-  private deleteKey(keys: LockKeys, revision: bigint | undefined, session: EtcdSession, attempt = 0): Promise<void> {
+  private deleteKey(keys: LockKeys, revision: bigint | undefined, session: EtcdSession, grantNext: boolean, attempt = 0): Promise<void> {
+    const sentAt = performance.now();
     return this.txn(session, deleteOwnTxn(keys, revision)).then(
       (response) => {
-        const next = response.succeeded ? rangeKvs(response, 1)[0] : undefined;
-        if (next) this.waiting.get(next.key.toString('latin1'))?.grantedByRelease(next);
+        const lowest = lowestAfterDelete(response);
+        this.confirmHandOver(keys, lowest, sentAt);
+        if (lowest && grantNext) this.waiting.get(lowest.key.toString('latin1'))?.grantedByRelease(lowest);
         this.localFollowers.gone(keys.own, this.waiting.size > 0);
       },
       (error) => {
         if (session.alive && !this.closed) {
           const timer = setTimeout(() => {
             this.retryTimers.delete(timer);
-            void this.deleteKey(keys, revision, session, attempt + 1).catch(() => undefined);
+            void this.deleteKey(keys, revision, session, grantNext, attempt + 1).catch(() => undefined);
           }, Math.min(2_000, 100 * 2 ** attempt));
           timer.unref();
           this.retryTimers.add(timer);
@@ -214,9 +321,13 @@ export class EtcdLockBackend implements LockBackend {
     );
   }
 
+  /** A user's client has no per-attempt deadlines of ours: each call on it gets CALL_TIMEOUT_MS in all. */
+  private callOptions(): { deadline: number } | undefined {
+    return this.ownsClient ? undefined : { deadline: Date.now() + CALL_TIMEOUT_MS };
+  }
+
   private txn(session: EtcdSession, request: ITxnRequest): Promise<ITxnResponse> {
-    const options = this.ownsClient ? undefined : { deadline: Date.now() + CALL_TIMEOUT_MS };
-    return this.client.kv.txn(request, options).catch((error: Error) => {
+    return this.client.kv.txn(request, this.callOptions()).catch((error: Error) => {
       if (/lease not found|expired or revoked/i.test(error.message)) session.end(error);
       throw error;
     });

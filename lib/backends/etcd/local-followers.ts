@@ -2,8 +2,12 @@
 export interface LocalFollower {
   /** The predecessor's key is gone: look again at the queue. */
   predecessorGone(): void;
-  /** The predecessor held the lock and let go: the lock is ours, with no read needed. */
-  predecessorReleased(): void;
+  /**
+   * The predecessor held the lock and let go while its lease was known valid until `validUntil`
+   * (a performance.now() time): the lock is ours, with no read needed, under that validity until
+   * etcd has the predecessor's delete.
+   */
+  predecessorReleased(validUntil: number): void;
 }
 
 /**
@@ -23,12 +27,15 @@ export class LocalFollowers {
 
   constructor(private readonly rememberMs: number) {}
 
-  /** False when the key is already gone: the follower must look again now. */
+  /**
+   * False when the key was deleted recently: the follower must look again now. It is registered
+   * either way, so that if the key is there after all (a put that committed after its call
+   * failed and after it was deleted by name), its next deletion still wakes the follower.
+   */
   follow(key: Buffer, follower: LocalFollower): boolean {
     const id = key.toString('latin1');
-    if (this.deleted.has(id)) return false;
     this.followers.set(id, follower);
-    return true;
+    return !this.deleted.has(id);
   }
 
   unfollow(key: Buffer, follower: LocalFollower): void {
@@ -37,18 +44,20 @@ export class LocalFollowers {
   }
 
   /**
-   * The lock holder with this key let go (its delete is still on its way): its follower holds the
-   * lock from now. The holder's key was the lowest, so the follower's is the lowest but for it,
-   * and both are this session's, so no other process can be granted until both are gone. The
-   * follower's token (its create revision) is above the holder's. Hands over through the process
-   * without waiting for etcd: a queue of this process's callers moves at the speed of the process,
-   * while etcd gets the deletes, batched.
+   * The lock holder with this key let go while its lease was known valid until `validUntil` (its
+   * delete is still on its way): its follower holds the lock from now. The holder's key was the
+   * lowest, so the follower's is the lowest but for it, and both are this session's, so no other
+   * process can be granted until both are gone. The follower's token (its create revision) is
+   * above the holder's. Hands over through the process without waiting for etcd: a queue of this
+   * process's callers moves at the speed of the process, while etcd gets the deletes, batched.
+   * Only a holder whose lease is known valid may hand over: one whose lease ran out (no quorum,
+   * say) cannot tell whether its key, and so the lock, is still there.
    */
-  handOver(key: Buffer): void {
+  handOver(key: Buffer, validUntil: number): void {
     const id = key.toString('latin1');
     const follower = this.followers.get(id);
     this.followers.delete(id);
-    follower?.predecessorReleased();
+    follower?.predecessorReleased(validUntil);
   }
 
   /**

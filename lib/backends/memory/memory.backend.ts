@@ -15,9 +15,9 @@ export class MemoryLockBackend implements LockBackend {
 
   constructor(private readonly store = new MemoryLockStore()) {}
 
-  async acquire({ key, owner, ttlMs, signal }: AcquireRequest): Promise<LockGrant> {
+  async acquire(request: AcquireRequest): Promise<LockGrant> {
     this.assertOpen();
-    if (signal.aborted) throw signal.reason;
+    const { key, owner, ttlMs } = request;
     return new Promise<LockGrant>((resolve, reject) => {
       const entry = {
         waiter: {
@@ -42,10 +42,14 @@ export class MemoryLockBackend implements LockBackend {
       };
       const grant = this.store.take(key, owner, ttlMs, entry.waiter);
       if (grant) return resolve(this.track(grant));
+      // Looked at only once queued: a lock granted at once never needs it (see AcquireRequest.signal).
+      const signal = request.signal;
+      if (signal.aborted) return onAbort();
       this.waiting.add(entry);
       signal.addEventListener('abort', onAbort, { once: true });
     });
   }
+
 
   async tryAcquire({ key, owner, ttlMs }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
     this.assertOpen();

@@ -103,13 +103,15 @@ export class RedisLockBackend implements LockBackend {
     setMaxListeners(0, this.closing.signal); // every held lease listens to it
   }
 
-  async acquire({ key, owner, ttlMs, signal }: AcquireRequest): Promise<LockGrant> {
-    this.assertOpen();
-    if (signal.aborted) throw signal.reason;
-    const ttl = Math.ceil(ttlMs);
+  acquire(request: AcquireRequest): Promise<LockGrant> {
+    if (this.closed) return Promise.reject(new DistributedLockError('The redis lock backend is closed.'));
+    const { key, owner } = request;
+    const ttl = Math.ceil(request.ttlMs);
     return new Promise<LockGrant>((resolve, reject) => {
+      // Looked at only once queued: a lock granted at once never needs it (see AcquireRequest.signal).
+      let signal: AbortSignal | undefined;
       const onAbort = () => {
-        waiter.settle(undefined, signal.reason);
+        waiter.settle(undefined, signal!.reason);
         this.cancelAtServer(key, owner);
       };
       const waiter: Waiter = {
@@ -121,14 +123,13 @@ export class RedisLockBackend implements LockBackend {
           if (grant) this.successors.granted(owner);
           else this.successors.left(owner);
           this.unwatch(key, owner);
-          signal.removeEventListener('abort', onAbort);
+          signal?.removeEventListener('abort', onAbort);
           if (grant) resolve(grant);
           else reject(error);
         },
       };
       // Registered before the script runs: the grant message can overtake the script's reply.
       this.waiting.set(owner, waiter);
-      signal.addEventListener('abort', onAbort, { once: true });
       const sentAt = performance.now();
       this.runAcquire(key, owner, ttl, true).then(
         (reply) => {
@@ -136,6 +137,9 @@ export class RedisLockBackend implements LockBackend {
           if (this.waiting.get(owner) !== waiter) return; // granted (the message came first) or gave up
           const [, , fence, ahead] = reply as [0, number, string, string];
           waiter.fence = fence;
+          signal = request.signal;
+          if (signal.aborted) return onAbort();
+          signal.addEventListener('abort', onAbort, { once: true });
           if (this.waiting.has(ahead) || this.held.has(ahead)) this.successors.link(ahead, owner);
           this.watch(waiter);
           this.scheduleCheck(key, reply[1]);
@@ -144,6 +148,7 @@ export class RedisLockBackend implements LockBackend {
       );
     });
   }
+
 
   async tryAcquire({ key, owner, ttlMs }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
     this.assertOpen();

@@ -15,7 +15,7 @@ export interface ZooKeeperAclEntry {
 
 export interface ZooKeeperBackendOptions {
   type: 'zookeeper';
-  /** `host:port[,host:port...][/chroot]`, as every ZooKeeper client takes it. */
+  /** `host:port[,host:port...][/chroot]`, as every ZooKeeper client takes it; hosts are names or IPv4 (no `[IPv6]` literal). */
   connectionString: string;
   /**
    * Session timeout asked of the server, default 10000. The server clamps it to its
@@ -44,13 +44,24 @@ export const DEFAULT_ZOOKEEPER_ROOT_PATH = '/distributed-lock';
 const OPEN_ACL: ZooKeeperAclEntry[] = [{ scheme: 'world', id: 'anyone', permissions: 'all' }];
 const PERMISSIONS: readonly ZooKeeperPermission[] = ['read', 'write', 'create', 'delete', 'admin'];
 const ACL_SCHEMES = ['world', 'auth', 'digest', 'ip'];
-/** host:port pairs, then an optional chroot; hosts may be names, IPv4 or [IPv6]. */
-const CONNECTION_STRING = /^(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):\d{1,5}(?:,(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):\d{1,5})*(\/.*)?$/;
+/**
+ * host:port pairs, then an optional chroot; hosts are names or IPv4 addresses. node-zookeeper-client
+ * splits each pair at every ':' ('[::1]:2181' gives host '[' and no port), so an IPv6 literal
+ * cannot be given; a host name that resolves to it can.
+ */
+const CONNECTION_STRING = /^[A-Za-z0-9._-]+:\d{1,5}(?:,[A-Za-z0-9._-]+:\d{1,5})*(\/.*)?$/;
 
 /** Checks everything a typo could break, before the client library is even loaded. */
 export function resolveZooKeeperOptions(options: ZooKeeperBackendOptions): ResolvedZooKeeperOptions {
   const { connectionString, sessionTimeoutMs = DEFAULT_ZOOKEEPER_SESSION_TIMEOUT_MS, auth = [], acl = OPEN_ACL } = options;
   const rootPath = options.rootPath ?? DEFAULT_ZOOKEEPER_ROOT_PATH;
+  if (typeof connectionString === 'string' && connectionString.split('/', 1)[0].includes('[')) {
+    throw new LockConfigError(
+      'backend.connectionString',
+      `node-zookeeper-client cannot connect to an IPv6 literal (it splits "host:port" at every ':'): ` +
+        `use a host name that resolves to the address, got ${JSON.stringify(connectionString)}.`,
+    );
+  }
   const connection = typeof connectionString === 'string' ? CONNECTION_STRING.exec(connectionString) : null;
   if (!connection) {
     throw new LockConfigError(

@@ -1,7 +1,8 @@
 import { DistributedLockError, LockBackendError } from '../../errors';
 import { driftAllowanceMs } from '../../lock-lease';
-import { ZkCode, zkCode, type ZkAcl, type ZkClient, type ZkError, type ZkEvent, type ZkModule, type ZkStat } from './zookeeper-client';
+import { ZkCode, zkCode, type ZkAcl, type ZkClient, type ZkError, type ZkModule, type ZkStat, type ZkWatcher } from './zookeeper-client';
 import { permissionMask, type ResolvedZooKeeperOptions } from './zookeeper-options';
+import { NodeWatches } from './zookeeper-watches';
 
 /**
  * An idle session is heard from at least every 2/6 of its timeout (a heartbeat is sent when
@@ -33,8 +34,10 @@ export class ZooKeeperSession {
   private readonly client: ZkClient;
   private readonly pending = new Set<(reason: Error) => void>();
   private readonly deathListeners = new Set<(reason: Error) => void>();
+  private readonly watches = new NodeWatches();
   private deadReason?: Error;
-  private timeoutMs: number;
+  private negotiatedTimeoutMs: number;
+  private disconnectionCount = 0;
   /**
    * When we sent the latest request the server answered (performance.now()). The server
    * touched the session after that, so it cannot expire it before `lastContactAt + timeoutMs`.
@@ -50,7 +53,7 @@ export class ZooKeeperSession {
     private readonly zk: ZkModule,
     options: ResolvedZooKeeperOptions,
   ) {
-    this.timeoutMs = options.sessionTimeoutMs;
+    this.negotiatedTimeoutMs = options.sessionTimeoutMs;
     this.acl = options.acl.map((entry) => new zk.ACL(permissionMask(entry.permissions), new zk.Id(entry.scheme, entry.id)));
     // spinDelay: pause between rounds over the servers when none answers. The default (1 s) would
     // add up to a second to every reconnection; 100 ms still keeps a dead ensemble from being hammered.
@@ -66,6 +69,7 @@ export class ZooKeeperSession {
       this.onDeath(reject);
     });
     this.connected.catch(() => undefined);
+    this.client.on('disconnected', () => this.disconnectionCount++);
     this.client.on('expired', () => this.kill(new ZooKeeperSessionLostError(`ZooKeeper session ${this.sessionId} expired.`)));
     this.client.on('authenticationFailed', () =>
       this.kill(new LockBackendError('zookeeper', 'authenticate', new Error('the server refused the digest credentials (backend.auth)'))),
@@ -73,9 +77,9 @@ export class ZooKeeperSession {
     this.connectTimer = setTimeout(
       () =>
         this.kill(
-          new ZooKeeperSessionLostError(`Could not connect to ZooKeeper at ${options.connectionString} within ${this.timeoutMs} ms.`),
+          new ZooKeeperSessionLostError(`Could not connect to ZooKeeper at ${options.connectionString} within ${this.negotiatedTimeoutMs} ms.`),
         ),
-      this.timeoutMs,
+      this.negotiatedTimeoutMs,
     );
     this.connectTimer.unref();
     this.client.connect();
@@ -83,6 +87,19 @@ export class ZooKeeperSession {
 
   get alive(): boolean {
     return this.deadReason === undefined;
+  }
+
+  /** The session timeout the server granted (the one asked for until the first connection). */
+  get timeoutMs(): number {
+    return this.negotiatedTimeoutMs;
+  }
+
+  /**
+   * How many times the connection dropped so far. Watch events come in zxid order on one
+   * connection; after a reconnection the server replays what changed meanwhile in no such order.
+   */
+  get disconnections(): number {
+    return this.disconnectionCount;
   }
 
   /** Calls `listener` once when the session dies (at once if it already has); returns an unsubscribe. */
@@ -123,14 +140,29 @@ export class ZooKeeperSession {
     return this.call((done) => this.client.remove(path, -1, done));
   }
 
-  /** The node's stat, or null when it does not exist. A watcher, if given, is left either way. */
-  exists(path: string, watcher?: (event: ZkEvent) => void): Promise<ZkStat | null> {
-    return this.call((done) => this.client.exists(path, watcher, done));
+  /** The node's stat, or null when it does not exist. */
+  exists(path: string): Promise<ZkStat | null> {
+    return this.call((done) => this.client.exists(path, undefined, done));
   }
 
-  /** Leaves a watch on an existing node (none when it is missing: the call then fails with NO_NODE). */
-  watchData(path: string, watcher: (event: ZkEvent) => void): Promise<void> {
-    return this.call((done) => this.client.getData(path, watcher, (error) => done(error)));
+  /**
+   * Leaves a watch on a node: `listener` is called once, on its next change. `set` resolves true
+   * when the watch is in place, false when the node does not exist: a getData, unlike an exists,
+   * leaves no watch on a missing node (one that would linger until someone created it).
+   * `cancel` stops the listener; the client's own function for the path is shared (NodeWatches).
+   */
+  watch(path: string, listener: ZkWatcher): { set: Promise<boolean>; cancel: () => void } {
+    const { watcher, remove } = this.watches.add(path, listener);
+    const set = this.call<void>((done) => this.client.getData(path, watcher, (error) => done(error))).then(
+      () => true,
+      (error: unknown) => {
+        remove();
+        if (zkCode(error) !== ZkCode.NO_NODE) throw error;
+        this.watches.forget(path);
+        return false;
+      },
+    );
+    return { set, cancel: remove };
   }
 
   getChildren(path: string): Promise<string[]> {
@@ -185,11 +217,11 @@ export class ZooKeeperSession {
   private onFirstConnect(): void {
     clearTimeout(this.connectTimer);
     this.connectTimer = undefined;
-    this.timeoutMs = this.client.getSessionTimeout();
+    this.negotiatedTimeoutMs = this.client.getSessionTimeout();
     this.sessionId = this.client.getSessionId().toString('hex');
     // The server created the session just before this reply; nothing is held on it yet.
     this.lastContactAt = performance.now();
-    this.heartbeatTimer = setInterval(() => this.heartbeat(), this.timeoutMs / HEARTBEATS_PER_TIMEOUT);
+    this.heartbeatTimer = setInterval(() => this.heartbeat(), this.negotiatedTimeoutMs / HEARTBEATS_PER_TIMEOUT);
     this.heartbeatTimer.unref();
     this.armLiveness();
   }
@@ -200,7 +232,7 @@ export class ZooKeeperSession {
    * lately, keeps `lastContactAt` honest.
    */
   private heartbeat(): void {
-    if (this.heartbeatInFlight || !this.alive || performance.now() - this.lastContactAt < this.timeoutMs / HEARTBEATS_PER_TIMEOUT) return;
+    if (this.heartbeatInFlight || !this.alive || performance.now() - this.lastContactAt < this.negotiatedTimeoutMs / HEARTBEATS_PER_TIMEOUT) return;
     this.heartbeatInFlight = true;
     this.exists('/')
       .catch(() => undefined)
@@ -209,20 +241,33 @@ export class ZooKeeperSession {
 
   /** Fires when the server may have expired the session (less the lease drift allowance), unless heard from since. */
   private armLiveness(): void {
-    const deadline = this.lastContactAt + this.timeoutMs - driftAllowanceMs(this.timeoutMs);
     this.livenessTimer = setTimeout(() => {
-      if (!this.alive) return;
-      if (performance.now() >= this.lastContactAt + this.timeoutMs - driftAllowanceMs(this.timeoutMs)) {
-        const silentMs = Math.round(performance.now() - this.lastContactAt);
-        return this.kill(
-          new ZooKeeperSessionLostError(
-            `No reply from ZooKeeper for ${silentMs} ms on session ${this.sessionId} (timeout ${this.timeoutMs} ms): it may have expired.`,
-          ),
-        );
-      }
-      this.armLiveness();
-    }, Math.max(0, deadline - performance.now()));
+      // Timers run before sockets are read: after a stall of our own event loop, the replies
+      // that came in meanwhile are still unread. Read them (setImmediate runs after the poll
+      // phase) before judging, or a stall would pass for a silent server.
+      if (this.overdue()) setImmediate(() => this.judgeLiveness());
+      else this.judgeLiveness();
+    }, Math.max(0, this.livenessDeadline() - performance.now()));
     this.livenessTimer.unref();
+  }
+
+  private judgeLiveness(): void {
+    if (!this.alive) return;
+    if (!this.overdue()) return this.armLiveness();
+    const silentMs = Math.round(performance.now() - this.lastContactAt);
+    this.kill(
+      new ZooKeeperSessionLostError(
+        `No reply from ZooKeeper for ${silentMs} ms on session ${this.sessionId} (timeout ${this.negotiatedTimeoutMs} ms): it may have expired.`,
+      ),
+    );
+  }
+
+  private livenessDeadline(): number {
+    return this.lastContactAt + this.negotiatedTimeoutMs - driftAllowanceMs(this.negotiatedTimeoutMs);
+  }
+
+  private overdue(): boolean {
+    return performance.now() >= this.livenessDeadline();
   }
 }
 

@@ -3,6 +3,8 @@ import { DistributedLockError } from '../../errors';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
 import { NODE_DELETED, ZkCode, zkCode, zxidOf, type ZkModule } from './zookeeper-client';
 import type { ResolvedZooKeeperOptions } from './zookeeper-options';
+import { OwnNodeWatch } from './zookeeper-own-node';
+import { LockParents, PARENT_IDLE_MS } from './zookeeper-parents';
 import { lockNodeName, protectedPrefix, sortedLockNodes } from './zookeeper-paths';
 import { ZooKeeperSession } from './zookeeper-session';
 import { AttemptAgain, isRetryable, pause, repeatOnConnectionLoss, unlessAborted } from './zookeeper-wait';
@@ -13,8 +15,8 @@ interface Holding {
   readonly session: ZooKeeperSession;
   readonly lost: AbortController;
   releasing: boolean;
-  stopWatchingSession: () => void;
-  watchTimer?: NodeJS.Timeout;
+  /** Stops listening for the session's death and for our node's deletion. */
+  stopWatching: () => void;
 }
 
 interface LockNode {
@@ -26,29 +28,23 @@ interface LockNode {
 /** Pause before starting an acquisition again after its session died, so a dead ensemble is not hammered. */
 const RETRY_PAUSE_MS = 100;
 /**
- * A released name's parent node is removed once this client has not used the name for this
- * long: removing it at every release would make the next acquisition of a busy name create it
- * again, one more fsync'd write each way.
+ * Rounds of a create that fail without a reply (CONNECTION_LOSS) or find the parent missing
+ * before the acquisition fails; every lost reply is followed by a search for our node, the
+ * last one too, so a create that did happen is never left behind.
  */
-export const PARENT_IDLE_MS = 1_000;
-/**
- * A holder watches its own node only once it has held it this long: most critical sections are
- * shorter, and the watch would be a quarter of their cost. A node deleted sooner is still
- * noticed when the watch is set (it is already gone), so the signal is at most this late.
- */
-export const OWN_NODE_WATCH_DELAY_MS = 50;
+const CREATE_ROUNDS = 10;
 
 /**
  * A fair lock on ephemeral sequential nodes, as Curator's InterProcessMutex: each acquisition
  * creates `<rootPath>/<encoded name>/_c_<attempt uuid>-lock-<sequence>`; the lowest sequence
- * holds; a waiter watches only the node just before its own. One session per backend; a lock
- * lives exactly as long as its node, and its node as long as the session.
+ * holds; a waiter watches only the node just before its own, and its own node. One session per
+ * backend; a lock lives exactly as long as its node, and its node as long as the session.
  *
  * Round trips: acquire uncontended 1 (parent create if unknown + create/touch transaction,
- * pipelined), contended 2 (+ the children list); release 1 (delete); handoff: the waiter is
- * told by the server's watch event and, when its predecessor was the holder, owns the lock at
- * once (0 further round trips). Empty parents are removed after PARENT_IDLE_MS without use,
- * and at close().
+ * pipelined; the watch on our own node follows, not awaited), contended 2 (+ the children list,
+ * then both watches pipelined); release 1 (delete); handoff: the waiter is told by the server's
+ * watch event and, when its predecessor was the holder, owns the lock at once (0 further round
+ * trips). Empty parents are removed after PARENT_IDLE_MS without use (LockParents).
  */
 export class ZooKeeperLockBackend implements LockBackend {
   readonly name = 'zookeeper';
@@ -56,9 +52,7 @@ export class ZooKeeperLockBackend implements LockBackend {
   readonly maxKeyBytes = 4096;
   private session?: ZooKeeperSession;
   private readonly held = new Map<string, Holding>();
-  /** Parents this client saw exist; a stale entry costs one failed create and a retry. */
-  private readonly knownParents = new Set<string>();
-  private readonly idleParents = new Map<string, NodeJS.Timeout>();
+  private readonly parents = new LockParents(() => this.liveSession(undefined));
   private readonly waits = new Set<AbortController>();
   private closed = false;
 
@@ -118,13 +112,11 @@ export class ZooKeeperLockBackend implements LockBackend {
     if (!holding || holding.grant !== grant) return;
     this.held.delete(grant.owner);
     holding.releasing = true;
-    holding.stopWatchingSession();
-    clearTimeout(holding.watchTimer);
+    holding.stopWatching();
     const { session, path } = holding;
     // A dead session's nodes are deleted by the server; a new session never touches them.
-    if (!session.alive) return;
-    await this.deleteNode(session, path);
-    this.removeParentWhenIdle(path.slice(0, path.lastIndexOf('/')));
+    if (session.alive) await this.deleteNode(session, path);
+    this.parentIdle(parentOf(path), session);
   }
 
   async close(): Promise<void> {
@@ -134,25 +126,22 @@ export class ZooKeeperLockBackend implements LockBackend {
     for (const wait of this.waits) wait.abort(closedError);
     for (const holding of this.held.values()) this.lose(holding, new DistributedLockError('The ZooKeeper lock backend was closed.'));
     this.held.clear();
-    for (const [parent, timer] of this.idleParents) {
-      clearTimeout(timer);
-      this.removeParent(parent);
-    }
-    this.idleParents.clear();
+    this.parents.removeIdleNow(this.session);
     // Closing the session makes the server delete every node of it at once.
     await this.session?.close();
   }
 
   /**
    * One go at the lock on one session: create our node, then wait (or, for tryAcquire with no
-   * `stop`, give up) until it is the lowest. Our node is deleted on every way out but success.
+   * `stop`, give up) until it is the lowest. Our node is deleted on every way out but success,
+   * and the parent then left to be removed once idle.
    */
   private async attempt(key: string, owner: string, stop: AbortSignal | undefined): Promise<Holding | null> {
     const session = await this.liveSession(stop);
     const parent = `${this.options.rootPath}/${lockNodeName(key)}`;
-    clearTimeout(this.idleParents.get(parent));
-    this.idleParents.delete(parent);
+    this.parents.inUse(parent);
     let node: LockNode | undefined;
+    let own: OwnNodeWatch | undefined;
     try {
       const created = await this.createNode(session, parent, owner);
       node = created.node;
@@ -161,20 +150,30 @@ export class ZooKeeperLockBackend implements LockBackend {
         const queue = sortedLockNodes(children);
         const at = queue.indexOf(node.name);
         if (at === -1) throw new AttemptAgain(`Lock node ${node.path} vanished while waiting.`);
-        if (at === 0) return this.hold(session, key, owner, node);
+        if (at === 0) return this.hold(session, key, owner, node, own);
         if (!stop) {
           await this.deleteNode(session, node.path);
           node = undefined;
+          this.parentIdle(parent, session);
           return null;
         }
-        const deleted = await this.predecessorDeleted(session, `${parent}/${queue[at - 1]}`, stop);
+        // Sent before the predecessor's watch, in the same pipeline: see OwnNodeWatch.
+        own ??= new OwnNodeWatch(session, node.path);
+        const disconnections = session.disconnections;
+        const deleted = await this.predecessorDeleted(session, `${parent}/${queue[at - 1]}`, own, stop);
         // Sequence numbers only grow, so nothing can have joined ahead of us: when the node we
-        // watched was the head of the queue, its deletion makes us the head, no list needed.
-        if (deleted && at === 1) return this.hold(session, key, owner, node);
+        // watched was the head of the queue, its deletion makes us the head, no list needed, as
+        // long as our own node is still there. Its watch would have told us first, unless the
+        // connection dropped meanwhile (events replayed on reconnection come in no order): then list.
+        if (deleted && at === 1 && session.disconnections === disconnections && (await own.stillThere())) {
+          return this.hold(session, key, owner, node, own);
+        }
         children = await repeatOnConnectionLoss(() => session.getChildren(parent));
       }
     } catch (error) {
+      own?.stop();
       if (node) this.deleteNode(session, node.path).catch(() => undefined);
+      this.parentIdle(parent, session);
       throw error;
     }
   }
@@ -188,8 +187,8 @@ export class ZooKeeperLockBackend implements LockBackend {
   private async createNode(session: ZooKeeperSession, parent: string, owner: string): Promise<{ node: LockNode; children?: string[] }> {
     const prefix = protectedPrefix(randomUUID());
     const data = Buffer.from(owner);
-    for (let round = 0; ; round++) {
-      const ensured = this.knownParents.has(parent)
+    for (let round = 1; ; round++) {
+      const ensured = this.parents.isKnown(parent)
         ? undefined
         : session.createPersistent(parent).then(
             () => undefined,
@@ -197,21 +196,23 @@ export class ZooKeeperLockBackend implements LockBackend {
           );
       try {
         const { path, czxid, siblings } = await session.createWithZxid(parent, prefix, data);
-        this.knownParents.add(parent);
+        this.parents.markKnown(parent);
         const name = path.slice(parent.length + 1);
         return { node: { path, name, czxid: zxidOf(czxid) }, children: siblings === 0 ? [name] : undefined };
       } catch (error) {
-        if (round >= 10) throw error;
         const code = zkCode(error);
-        if (code === ZkCode.NO_NODE) {
-          this.knownParents.delete(parent);
+        if (code === ZkCode.CONNECTION_LOSS) {
+          // The reply was lost, not necessarily the create (Curator's protected mode): look for
+          // our node, after the last round too, or a create that did happen would block the name.
+          const found = await this.findNode(session, parent, prefix);
+          if (found) return found;
+        } else if (code === ZkCode.NO_NODE) {
+          this.parents.markUnknown(parent);
           if (zkCode(await ensured) === ZkCode.NO_NODE) await this.createRoot(session);
-          continue;
+        } else {
+          throw error;
         }
-        if (code !== ZkCode.CONNECTION_LOSS) throw error;
-        // The reply was lost, not necessarily the create (Curator's protected mode): look for our node.
-        const found = await this.findNode(session, parent, prefix);
-        if (found) return found;
+        if (round >= CREATE_ROUNDS) throw error;
       }
     }
   }
@@ -249,87 +250,73 @@ export class ZooKeeperLockBackend implements LockBackend {
   }
 
   /**
-   * Resolves true when the node is deleted, false on any other change worth a fresh look
-   * (another watch event, or a lost connection), rejects when `stop` aborts or the session dies.
+   * Resolves true when the predecessor is deleted, false on any other change worth a fresh look
+   * (another watch event, or a lost connection). Rejects with AttemptAgain when our own node is
+   * deleted first, with the signal's reason when `stop` aborts, or when the session dies.
    */
-  private predecessorDeleted(session: ZooKeeperSession, path: string, stop: AbortSignal): Promise<boolean> {
+  private predecessorDeleted(session: ZooKeeperSession, path: string, own: OwnNodeWatch, stop: AbortSignal): Promise<boolean> {
     return new Promise<boolean>((resolve, reject) => {
+      const cleanups: (() => void)[] = [];
       let settled = false;
       const settle = (outcome: () => void) => {
         if (settled) return;
         settled = true;
-        stop.removeEventListener('abort', onAbort);
-        stopWatchingSession();
+        for (const cleanup of cleanups) cleanup();
         outcome();
       };
       const onAbort = () => settle(() => reject(stop.reason));
-      const stopWatchingSession = session.onDeath((reason) => settle(() => reject(reason)));
       if (stop.aborted) return onAbort();
       stop.addEventListener('abort', onAbort, { once: true });
-      // getData, not exists: a watch on a missing node would linger until someone creates it.
-      session
-        .watchData(path, (event) => settle(() => resolve(event.getType() === NODE_DELETED)))
-        .catch((error: unknown) => {
-          const code = zkCode(error);
-          if (code === ZkCode.NO_NODE) settle(() => resolve(true));
-          else if (code === ZkCode.CONNECTION_LOSS) settle(() => resolve(false));
+      cleanups.push(() => stop.removeEventListener('abort', onAbort));
+      cleanups.push(session.onDeath((reason) => settle(() => reject(reason))));
+      cleanups.push(own.onGone((reason) => settle(() => reject(new AttemptAgain(reason.message)))));
+      if (settled) return;
+      const watch = session.watch(path, (event) => settle(() => resolve(event.getType() === NODE_DELETED)));
+      cleanups.push(watch.cancel);
+      watch.set.then(
+        (exists) => exists || settle(() => resolve(true)),
+        (error: unknown) => {
+          if (zkCode(error) === ZkCode.CONNECTION_LOSS) settle(() => resolve(false));
           else settle(() => reject(error));
-        });
+        },
+      );
     });
   }
 
-  private removeParentWhenIdle(parent: string): void {
-    clearTimeout(this.idleParents.get(parent));
-    const timer = setTimeout(() => {
-      this.idleParents.delete(parent);
-      this.removeParent(parent);
-    }, PARENT_IDLE_MS);
-    timer.unref();
-    this.idleParents.set(parent, timer);
-  }
-
   /**
-   * Removes the parent if it is empty; fails harmlessly (NOT_EMPTY) while others use it.
-   * Fencing does not care: czxid keeps growing across a parent's incarnations. Forgotten first,
-   * so an acquisition racing with the removal creates it again in its pipeline.
+   * Nothing of ours is left under `parent`: let it be removed once idle. A dead session's node
+   * is only deleted when the server expires the session, at most one session timeout from now.
    */
-  private removeParent(parent: string): void {
-    const session = this.session;
-    if (!session?.alive) return;
-    this.knownParents.delete(parent);
-    session.remove(parent).then(
-      () => undefined,
-      (error: unknown) => zkCode(error) === ZkCode.NOT_EMPTY && this.knownParents.add(parent),
-    );
+  private parentIdle(parent: string, session: ZooKeeperSession): void {
+    this.parents.idle(parent, session.alive ? PARENT_IDLE_MS : Math.max(PARENT_IDLE_MS, session.timeoutMs));
   }
 
-  private hold(session: ZooKeeperSession, key: string, owner: string, node: LockNode): Holding {
+  private hold(session: ZooKeeperSession, key: string, owner: string, node: LockNode, watching: OwnNodeWatch | undefined): Holding {
     const lost = new AbortController();
+    // Granted at once: watch our node from now on (not awaited; a node already gone is told by the reply).
+    const own = watching ?? new OwnNodeWatch(session, node.path);
     const holding: Holding = {
       grant: { key, owner, fencingToken: node.czxid, lost: lost.signal },
       path: node.path,
       session,
       lost,
       releasing: false,
-      stopWatchingSession: () => undefined,
+      stopWatching: () => undefined,
     };
     this.held.set(owner, holding);
     // Session expiry (or silence for as long as it would take) ends every lock of the session at once.
-    holding.stopWatchingSession = session.onDeath((reason) => this.lose(holding, reason));
-    // A watch on our own node: a deletion we did not make (an operator, a script) is known at once.
-    const deleted = () => this.lose(holding, new DistributedLockError(`Lock node ${node.path} was deleted by another client.`));
-    holding.watchTimer = setTimeout(() => {
-      if (holding.releasing || !session.alive) return;
-      session
-        .exists(node.path, (event) => event.getType() === NODE_DELETED && deleted())
-        .then((stat) => stat || deleted(), () => undefined);
-    }, OWN_NODE_WATCH_DELAY_MS);
-    holding.watchTimer.unref();
+    const stopWatchingSession = session.onDeath((reason) => this.lose(holding, reason));
+    // A deletion we did not make (an operator, a script) is known at once.
+    const stopWatchingNode = own.onGone((reason) => this.lose(holding, reason));
+    holding.stopWatching = () => {
+      stopWatchingSession();
+      stopWatchingNode();
+      own.stop();
+    };
     return holding;
   }
 
   private lose(holding: Holding, reason: Error): void {
-    clearTimeout(holding.watchTimer);
     if (holding.releasing || holding.lost.signal.aborted) return;
     holding.lost.abort(reason);
   }
@@ -356,4 +343,8 @@ export class ZooKeeperLockBackend implements LockBackend {
   private assertOpen(): void {
     if (this.closed) throw new DistributedLockError('The ZooKeeper lock backend is closed.');
   }
+}
+
+function parentOf(path: string): string {
+  return path.slice(0, path.lastIndexOf('/'));
 }

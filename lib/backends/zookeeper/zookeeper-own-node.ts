@@ -1,0 +1,84 @@
+import { DistributedLockError } from '../../errors';
+import { NODE_DELETED, ZkCode, zkCode } from './zookeeper-client';
+import type { ZooKeeperSession } from './zookeeper-session';
+
+/**
+ * A watch on our own lock node, from the moment we wait on it (or hold it, when granted at once)
+ * until we delete it ourselves: a deletion we did not make (an operator, a script) is known as
+ * soon as the server tells us.
+ *
+ * A waiter sets it just before the watch on its predecessor, pipelined with it (no extra round
+ * trip on the hand-off path). ZooKeeper answers one session's requests in order and sends its
+ * watch events in zxid order with the replies, so while the connection holds, our node's
+ * deletion always reaches us before a later deletion of the predecessor: a waiter never takes
+ * the lock with a node that is gone.
+ */
+export class OwnNodeWatch {
+  private goneReason?: Error;
+  private readonly listeners = new Set<(reason: Error) => void>();
+  private stopped = false;
+  private cancel: () => void = () => undefined;
+  /** The latest request setting the watch: once it is answered, `gone` is up to date. */
+  private armed: Promise<void>;
+
+  constructor(
+    private readonly session: ZooKeeperSession,
+    private readonly path: string,
+  ) {
+    this.armed = this.arm();
+  }
+
+  get gone(): boolean {
+    return this.goneReason !== undefined;
+  }
+
+  /** True when our node is known to exist, as of every event and reply received so far. */
+  async stillThere(): Promise<boolean> {
+    await this.armed;
+    return !this.gone;
+  }
+
+  /** Calls `listener` once if the node is deleted by someone else (at once if it already was); returns an unsubscribe. */
+  onGone(listener: (reason: Error) => void): () => void {
+    if (this.goneReason) {
+      listener(this.goneReason);
+      return () => undefined;
+    }
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** We are deleting the node (or leaving it to the session): its deletion is no news. */
+  stop(): void {
+    this.stopped = true;
+    this.listeners.clear();
+    this.cancel();
+  }
+
+  private async arm(): Promise<void> {
+    // A lost reply may or may not have left the watch: set it again (the client keeps one function per path).
+    for (;;) {
+      if (this.stopped) return;
+      const { set, cancel } = this.session.watch(this.path, (event) => {
+        if (event.getType() === NODE_DELETED) this.markGone();
+        // Any other change (someone set data on it) used the watch up: set it again.
+        else if (!this.stopped) this.armed = this.arm();
+      });
+      this.cancel = cancel;
+      try {
+        if (!(await set)) this.markGone();
+        return;
+      } catch (error) {
+        // A dead session ends every lock of it through its own path (ZooKeeperSession.onDeath).
+        if (zkCode(error) !== ZkCode.CONNECTION_LOSS) return;
+      }
+    }
+  }
+
+  private markGone(): void {
+    if (this.goneReason || this.stopped) return;
+    this.goneReason = new DistributedLockError(`Lock node ${this.path} was deleted by another client.`);
+    for (const listener of this.listeners) listener(this.goneReason);
+    this.listeners.clear();
+  }
+}
