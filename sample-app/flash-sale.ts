@@ -10,13 +10,14 @@ import path from 'node:path';
 import { LockService } from '../lib';
 import { sampleBackend } from './backends';
 import type { Connection } from './backends/sample-backend';
-import { InventoryService } from './inventory/inventory.service';
+import { InventoryService, type StockView } from './inventory/inventory.service';
 import { mergeResults, runBuyers, usersOf, type BuyerResults } from './flash-sale/buyers';
 import { demonstrateFencing, type FencingDemo } from './flash-sale/fencing-demo';
 import { startSaleApp } from './flash-sale/sale-app';
 import { parseSaleFlags, type SaleFlags } from './flash-sale/sale-flags';
 import type { WorkerMessage, WorkerTask } from './flash-sale/sale-protocol';
 import { printReport, type SaleReport } from './flash-sale/sale-report';
+import { checkWinners } from './flash-sale/winners-check';
 
 async function main(): Promise<void> {
   const flags = parseSaleFlags(process.argv.slice(2));
@@ -33,7 +34,7 @@ async function main(): Promise<void> {
         flags.processes === 1
           ? await timed(() => runBuyers(driver.app.get(InventoryService), flags.sku, usersOf(0, 1, flags.buyers), flags.lock))
           : await runBuyerProcesses(flags, server.connection);
-      const final = await driver.store.read(flags.sku);
+      const final = await driver.app.get(InventoryService).stockOf(flags.sku);
       const fencing: FencingDemo = await demonstrateFencing(driver.app.get(LockService), driver.store, flags.sku);
       printReport(toReport(flags, results, final, makespanMs, fencing), flags.json);
     } finally {
@@ -92,7 +93,7 @@ async function runBuyerProcesses(flags: SaleFlags, connection: Connection): Prom
 function toReport(
   flags: SaleFlags,
   results: BuyerResults,
-  final: { stock: number; lucky: number },
+  final: StockView,
   makespanMs: number,
   fencing: FencingDemo,
 ): SaleReport {
@@ -104,11 +105,12 @@ function toReport(
     initialStock: flags.stock,
     stockLeft: final.stock,
     lucky: final.lucky,
-    winners: results.winners,
-    oversold: Math.max(0, results.winners - flags.stock),
+    winners: results.winners.length,
+    winnersCheck: checkWinners(results.winners, final.winners),
+    oversold: Math.max(0, results.winners.length - flags.stock),
     errors: results.errors,
     makespanMs,
-    criticalSectionsPerSecond: (results.winners + results.losers) / (makespanMs / 1000),
+    criticalSectionsPerSecond: (results.winners.length + results.losers) / (makespanMs / 1000),
     waitsMs: results.waitsMs,
     fencing,
   };

@@ -1,8 +1,9 @@
 /**
  * The inventory app over HTTP: `npm run start:http -- [--backend B] [--port P]`.
- *   PUT  /inventory/:sku      {"stock": 300}   seed
- *   POST /inventory/:sku/buy  {"user": "ann"}  201 won, 410 sold out, 423 busy, 409 lock lost, 503 lock server down
- *   GET  /inventory/:sku                       {"stock", "lucky"}
+ *   PUT  /inventory/:sku      {"stock": 300}   seed (stock, lucky counter and winners start over)
+ *   POST /inventory/:sku/buy  {"user": "ann"}  201 won, 410 sold out, 423 busy, 409 lock lost or stale write,
+ *                                              503 lock server down, 400 blank sku or user
+ *   GET  /inventory/:sku                       {"stock", "lucky", "winners": ["ann", ...]}
  */
 import 'reflect-metadata';
 import { NestFactory } from '@nestjs/core';

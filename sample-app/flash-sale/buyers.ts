@@ -1,7 +1,8 @@
 import type { InventoryService } from '../inventory/inventory.service';
 
 export interface BuyerResults {
-  winners: number;
+  /** The buyers who were told they got one. */
+  winners: string[];
   losers: number;
   /** Time from a buyer's arrival to entering the critical section, in ms. */
   waitsMs: number[];
@@ -11,14 +12,14 @@ export interface BuyerResults {
 
 /** Fires every buyer at once and waits for all of them; a failed purchase is not a win. */
 export async function runBuyers(inventory: InventoryService, sku: string, users: string[], useLock: boolean): Promise<BuyerResults> {
-  const results: BuyerResults = { winners: 0, losers: 0, waitsMs: [], errors: {} };
+  const results: BuyerResults = { winners: [], losers: 0, waitsMs: [], errors: {} };
   await Promise.all(
     users.map(async (user) => {
       const arrived = performance.now();
       try {
         const purchase = useLock ? await inventory.buy(sku, user) : await inventory.buyWithoutLock(sku, user);
         results.waitsMs.push(purchase.enteredAt - arrived);
-        if (purchase.won) results.winners++;
+        if (purchase.won) results.winners.push(user);
         else results.losers++;
       } catch (error) {
         const name = (error as Error).name ?? 'Error';
@@ -30,9 +31,9 @@ export async function runBuyers(inventory: InventoryService, sku: string, users:
 }
 
 export function mergeResults(all: BuyerResults[]): BuyerResults {
-  const merged: BuyerResults = { winners: 0, losers: 0, waitsMs: [], errors: {} };
+  const merged: BuyerResults = { winners: [], losers: 0, waitsMs: [], errors: {} };
   for (const part of all) {
-    merged.winners += part.winners;
+    merged.winners.push(...part.winners);
     merged.losers += part.losers;
     merged.waitsMs.push(...part.waitsMs);
     for (const [name, count] of Object.entries(part.errors)) merged.errors[name] = (merged.errors[name] ?? 0) + count;

@@ -3,13 +3,16 @@ import { StaleFencingTokenError, type StockStore } from '../inventory/stock-stor
 
 export interface FencingDemo {
   staleWriteRefused: boolean;
+  /** The refused write's buyer is listed among the winners anyway: recorded outside the fenced write. */
+  staleWinnerRecorded: boolean;
   staleToken: string;
   acceptedToken: string;
 }
 
 /**
  * What fencing tokens are for: a holder whose lease ran out (as after a long GC pause) still
- * tries its write after a newer holder wrote; the store refuses the lower token.
+ * tries its write after a newer holder wrote; the store refuses the lower token, and with it
+ * the winner that write would have recorded.
  */
 export async function demonstrateFencing(locks: LockService, store: StockStore, sku: string): Promise<FencingDemo> {
   const demoSku = `${sku}:fencing-demo`;
@@ -20,16 +23,21 @@ export async function demonstrateFencing(locks: LockService, store: StockStore, 
     stale.signal.addEventListener('abort', () => (clearTimeout(giveUp), resolve()), { once: true });
   });
   const fresh = await locks.acquire(`stock:${demoSku}`);
-  await store.write(demoSku, { stock: 0, lucky: 1 }, fresh.fencingToken);
+  await store.write(demoSku, { stock: 0, lucky: 1, winner: 'fresh holder' }, fresh.fencingToken);
   await fresh.release();
   let staleWriteRefused = false;
   try {
-    await store.write(demoSku, { stock: 0, lucky: 2 }, stale.fencingToken);
+    await store.write(demoSku, { stock: 0, lucky: 2, winner: 'stale holder' }, stale.fencingToken);
   } catch (error) {
     if (!(error instanceof StaleFencingTokenError)) throw error;
     staleWriteRefused = true;
   } finally {
     await stale.release();
   }
-  return { staleWriteRefused, staleToken: stale.fencingToken.toString(), acceptedToken: fresh.fencingToken.toString() };
+  return {
+    staleWriteRefused,
+    staleWinnerRecorded: (await store.winners(demoSku)).includes('stale holder'),
+    staleToken: stale.fencingToken.toString(),
+    acceptedToken: fresh.fencingToken.toString(),
+  };
 }

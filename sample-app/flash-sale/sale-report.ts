@@ -1,4 +1,5 @@
 import type { FencingDemo } from './fencing-demo';
+import type { WinnersCheck } from './winners-check';
 
 export interface SaleReport {
   backend: string;
@@ -11,6 +12,8 @@ export interface SaleReport {
   lucky: number;
   /** Buyers who were told they got one. */
   winners: number;
+  /** The store's list of winners against the buyers told they won. */
+  winnersCheck: WinnersCheck;
   oversold: number;
   errors: Record<string, number>;
   makespanMs: number;
@@ -44,6 +47,7 @@ export function printReport(report: SaleReport, json: boolean): void {
     ['stock left', summary.stockLeft],
     ['winners', summary.winners],
     ['lucky counter', summary.lucky],
+    ['recorded winners', describeWinners(report.winnersCheck, report.winners)],
     ['oversold', summary.oversold],
     ['consistent', summary.consistent ? 'yes (stock left + winners = initial stock)' : 'NO: updates were lost'],
     ['critical sections/s', summary.criticalSectionsPerSecond],
@@ -54,7 +58,8 @@ export function printReport(report: SaleReport, json: boolean): void {
   rows.push([
     'fencing',
     report.fencing.staleWriteRefused
-      ? `a stale holder's write (token ${report.fencing.staleToken}) was refused after token ${report.fencing.acceptedToken} wrote`
+      ? `a stale holder's write (token ${report.fencing.staleToken}) was refused after token ${report.fencing.acceptedToken} wrote` +
+        (report.fencing.staleWinnerRecorded ? ', but its winner was recorded' : '; its winner was not recorded')
       : 'the stale write was NOT refused',
   ]);
   console.log(
@@ -65,6 +70,14 @@ export function printReport(report: SaleReport, json: boolean): void {
   if (!report.lock && report.oversold > 0) {
     console.log(`\nWithout the lock, buyers read the same stock at once and ${report.oversold} more were told they won than there were items.`);
   }
+}
+
+function describeWinners(check: WinnersCheck, told: number): string {
+  if (check.exact) return `${check.recorded}, exactly the buyers told they won`;
+  return (
+    `NO: ${check.recorded} recorded for ${told} told they won ` +
+    `(${check.duplicates} duplicated, ${check.missing} missing, ${check.unexpected} never told they won)`
+  );
 }
 
 const round = (ms: number) => Math.round(ms * 10) / 10;

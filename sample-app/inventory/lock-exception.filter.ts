@@ -5,8 +5,9 @@ import { StaleFencingTokenError } from './stock-store';
 
 /**
  * Lock errors become HTTP answers here, in the app: the library throws typed errors and knows
- * nothing of HTTP. 423 = busy, try again; 409 = the lock was lost mid-purchase and the write may
- * not have happened; 503 = the lock server is unreachable.
+ * nothing of HTTP. 423 = busy, try again; 409 = the lock was lost mid-purchase (its write may or
+ * may not have landed) or the store refused a stale holder's write; 503 = the lock server is
+ * unreachable; 400 = the sku makes no lock name.
  */
 @Catch(DistributedLockError, StaleFencingTokenError)
 export class LockExceptionFilter implements ExceptionFilter {

@@ -1,5 +1,5 @@
-import { createClient, Exception, type Client, type Stat } from 'node-zookeeper-client';
-import { StaleFencingTokenError, type StockRecord, type StockStore } from './stock-store';
+import { createClient, CreateMode, Exception, type Client, type Stat } from 'node-zookeeper-client';
+import { StaleFencingTokenError, type StockRecord, type StockStore, type StockWrite } from './stock-store';
 
 interface StoredStock extends StockRecord {
   /** Highest fencing token accepted, as a decimal string (JSON has no bigint). */
@@ -7,10 +7,11 @@ interface StoredStock extends StockRecord {
 }
 
 /**
- * The stock in a ZooKeeper node per sku, `{ stock, lucky, fence }` as JSON, shared by every
- * buyer process. A write reads the node, refuses a token below the stored fence, and writes
- * back with the version it read (compare-and-set): a write that raced in between makes it
- * read and check again, so the fence check and the write are atomic together.
+ * The stock in a ZooKeeper node per sku, `{ stock, lucky, fence }` as JSON, its winners in
+ * sequential child nodes, shared by every buyer process. A write reads the node, refuses a
+ * token below the stored fence, and in one transaction writes back with the version it read
+ * (compare-and-set) and creates the winner's node: a write that raced in between makes it read
+ * and check again, so the fence check, the write and the winner are atomic together.
  */
 export class ZooKeeperStockStore implements StockStore {
   private constructor(private readonly client: Client) {}
@@ -26,13 +27,16 @@ export class ZooKeeperStockStore implements StockStore {
   }
 
   async seed(sku: string, stock: number): Promise<void> {
-    const data = encode({ stock, lucky: 0, fence: '0' });
     try {
-      await this.call<string>((done) => this.client.create(path(sku), data, done));
+      await this.call<string>((done) => this.client.create(path(sku), done));
     } catch (error) {
       if ((error as Exception).getCode?.() !== Exception.NODE_EXISTS) throw error;
-      await this.call<Stat>((done) => this.client.setData(path(sku), data, -1, done));
+      const winners = await this.winnerNodes(sku);
+      await Promise.all(winners.map((node) => this.call<void>((done) => this.client.remove(node, -1, (error) => done(error, undefined)))));
     }
+    // Set after the create rather than in it, so the version a write compares is never 0:
+    // node-zookeeper-client's transactions send version 0 as -1, "any version".
+    await this.call<Stat>((done) => this.client.setData(path(sku), encode({ stock, lucky: 0, fence: '0' }), -1, done));
   }
 
   async read(sku: string): Promise<StockRecord> {
@@ -40,14 +44,21 @@ export class ZooKeeperStockStore implements StockStore {
     return { stock, lucky };
   }
 
-  async write(sku: string, record: StockRecord, fencingToken: bigint): Promise<void> {
+  async winners(sku: string): Promise<string[]> {
+    const nodes = await this.winnerNodes(sku);
+    const names = nodes.map((node) => this.call<Buffer>((done) => this.client.getData(node, (error, data) => done(error, data))));
+    return (await Promise.all(names)).map((name) => name.toString());
+  }
+
+  async write(sku: string, { stock, lucky, winner }: StockWrite, fencingToken: bigint): Promise<void> {
+    const data = encode({ stock, lucky, fence: fencingToken.toString() });
     for (;;) {
       const { record: stored, version } = await this.readStored(sku);
       if (fencingToken < BigInt(stored.fence)) throw new StaleFencingTokenError(sku, fencingToken, BigInt(stored.fence));
+      const transaction = this.client.transaction().setData(path(sku), data, version);
+      if (winner !== undefined) transaction.create(`${path(sku)}/${WINNER}`, Buffer.from(winner), CreateMode.PERSISTENT_SEQUENTIAL);
       try {
-        await this.call<Stat>((done) =>
-          this.client.setData(path(sku), encode({ ...record, fence: fencingToken.toString() }), version, done),
-        );
+        await this.call<unknown>((done) => transaction.commit(done));
         return;
       } catch (error) {
         if ((error as Exception).getCode?.() !== Exception.BAD_VERSION) throw error;
@@ -69,11 +80,23 @@ export class ZooKeeperStockStore implements StockStore {
     }
   }
 
+  /** The paths of the sku's winner nodes, in the order they were created (their zero-padded sequence). */
+  private async winnerNodes(sku: string): Promise<string[]> {
+    try {
+      const children = await this.call<string[]>((done) => this.client.getChildren(path(sku), done));
+      return children.sort().map((child) => `${path(sku)}/${child}`);
+    } catch (error) {
+      if ((error as Exception).getCode?.() !== Exception.NO_NODE) throw error;
+      return [];
+    }
+  }
+
   private call<T>(start: (done: (error: Error | Exception | null, value: T) => void) => void): Promise<T> {
     return new Promise<T>((resolve, reject) => start((error, value) => (error ? reject(error) : resolve(value))));
   }
 }
 
 const ROOT = '/inventory-stock';
+const WINNER = 'winner-';
 const path = (sku: string) => `${ROOT}/${encodeURIComponent(sku).replace(/\./g, '%2E')}`;
 const encode = (stored: StoredStock) => Buffer.from(JSON.stringify(stored));

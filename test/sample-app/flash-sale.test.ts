@@ -14,7 +14,7 @@ export async function flashSale(...flags: string[]): Promise<Record<string, any>
 }
 
 describe('flash sale on the embedded backend', () => {
-  it('sells exactly the stock to 1000 buyers: never oversold, winners exact, fenced stale write refused', async () => {
+  it('sells exactly the stock to 1000 buyers: never oversold, winners recorded exactly, fenced stale write refused', async () => {
     const sale = await flashSale();
     assert.equal(sale.backend, 'memory');
     assert.equal(sale.buyers, 1000);
@@ -23,9 +23,15 @@ describe('flash sale on the embedded backend', () => {
     assert.equal(sale.winners, 300);
     assert.equal(sale.lucky, 300);
     assert.equal(sale.stockLeft, 0);
+    assert.deepEqual(sale.winnersCheck, { recorded: 300, duplicates: 0, missing: 0, unexpected: 0, exact: true });
     assert.deepEqual(sale.errors, {});
     assert.equal(sale.fencing.staleWriteRefused, true);
+    assert.equal(sale.fencing.staleWinnerRecorded, false);
     assert.ok(BigInt(sale.fencing.staleToken) < BigInt(sale.fencing.acceptedToken));
+    for (const field of ['waitP50Ms', 'waitP99Ms', 'criticalSectionsPerSecond']) {
+      assert.ok(Number.isFinite(sale[field]) && sale[field] > 0, `${field} is ${sale[field]}`);
+    }
+    assert.ok(sale.waitP50Ms <= sale.waitP99Ms, `wait p50 ${sale.waitP50Ms} ms > p99 ${sale.waitP99Ms} ms`);
   });
 
   it('takes --buyers and --stock, and sells all when buyers are fewer than items', async () => {
@@ -33,6 +39,7 @@ describe('flash sale on the embedded backend', () => {
     assert.equal(sale.winners, 40);
     assert.equal(sale.stockLeft, 15);
     assert.equal(sale.lucky, 40);
+    assert.equal(sale.winnersCheck.exact, true);
   });
 
   it('oversells without the lock (--no-lock), which is why the lock exists', async () => {

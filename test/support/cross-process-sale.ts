@@ -21,7 +21,7 @@ export async function runCrossProcessSale(backend: string, env: Record<string, s
   return JSON.parse(stdout.trim().split('\n').pop()!);
 }
 
-/** Never oversold, winners exact, the store's own counter agrees, and the stale token refused. */
+/** Never oversold, winners exact (counted and recorded), the store's own counter agrees, and the stale token refused. */
 export function assertSoldExactly(sale: SaleReport, backend: string): void {
   assert.equal(sale.backend, backend);
   assert.equal(sale.processes, 4);
@@ -31,6 +31,9 @@ export function assertSoldExactly(sale: SaleReport, backend: string): void {
   assert.equal(sale.lucky, sale.winners);
   assert.deepEqual(sale.errors, {});
   assert.equal(sale.fencing.staleWriteRefused, true);
+  assert.equal(sale.fencing.staleWinnerRecorded, false);
+  // The store's own list of winners is exactly the buyers who were told they won.
+  assert.equal(sale.winnersCheck.exact, true, JSON.stringify(sale.winnersCheck));
 }
 
 /** The same sale without the lock must go wrong, or the sale with it proves nothing. */
