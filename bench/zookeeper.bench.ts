@@ -1,14 +1,20 @@
 import { createClient, CreateMode, type Client, type Exception } from 'node-zookeeper-client';
+import type { LockBackend, LockService } from '../lib';
 import { createZooKeeperBackend } from '../lib/backends/zookeeper/create-zookeeper-backend';
+import { ClientTraffic, clientOf, watchedPaths } from '../test/backends/zookeeper/zookeeper-client-probe';
 import { lockServiceOver } from '../test/support/lock-service-factory';
 import { startZooKeeperServer } from '../test/support/zookeeper-server';
 import { printFlashSale } from './report';
-import { formatRatio, median } from './stats';
-import { flashSale, medianFlashSale, uncontendedCycles, type LockRunner } from './workloads';
+import { formatRatio, median, percentile } from './stats';
+import { flashSale, medianFlashSale, uncontendedCycles, type FlashSaleResult, type LockRunner } from './workloads';
 
 const CONNECTIONS = 4;
 const BUYERS_PER_CONNECTION = 50;
 const STOCK = 150;
+/** Hand-offs between two clients, each time to a waiter directly behind the holder. */
+const PAIR_HAND_OFFS = 300;
+/** Waiters per connection queued behind one holder, then handed the lock one after another. */
+const QUEUED_PER_CONNECTION = 50;
 
 /**
  * ZooKeeper: this library against a naive ephemeral-node try-lock with a retry loop (what a
@@ -17,9 +23,8 @@ const STOCK = 150;
  */
 export async function run(): Promise<void> {
   const zookeeper = await startZooKeeperServer();
-  const services = Array.from({ length: CONNECTIONS }, () =>
-    lockServiceOver(createZooKeeperBackend({ type: 'zookeeper', connectionString: zookeeper.connectionString })),
-  );
+  const backends = Array.from({ length: CONNECTIONS }, () => createZooKeeperBackend({ type: 'zookeeper', connectionString: zookeeper.connectionString }));
+  const services = backends.map((backend) => lockServiceOver(backend));
   const naiveClients = await Promise.all(Array.from({ length: CONNECTIONS }, () => connect(zookeeper.connectionString)));
   try {
     const ours: LockRunner[] = services.map((service) => (name, section) => service.withLock(name, section, { waitTimeoutMs: 120_000 }));
@@ -47,18 +52,121 @@ export async function run(): Promise<void> {
         `(${naiveCycles.cycleMs.toFixed(2)} ms); ratio ${formatRatio(ourCycles.cyclesPerSecond, naiveCycles.cyclesPerSecond)}`,
     );
 
+    for (const [where, handOff] of [
+      ['a waiter directly behind the holder', await pairHandOffs(services.slice(0, 2), backends.slice(0, 2))],
+      [`a queue of ${CONNECTIONS * QUEUED_PER_CONNECTION} waiters in ${CONNECTIONS} clients`, await queuedHandOffs(services, backends)],
+    ] as const) {
+      console.log(
+        `hand-off to ${where}, release to grant: median ${handOff.medianMs.toFixed(3)} ms (p90 ${handOff.p90Ms.toFixed(3)}) = ` +
+          `${(handOff.medianMs / writeMs).toFixed(2)} write round trips; requests sent per hand-off (every client): ${handOff.requests}`,
+      );
+    }
+
     const sale = await medianFlashSale(5, () => flashSale(ours, BUYERS_PER_CONNECTION, STOCK));
     printFlashSale('this library (zookeeper)', sale);
-    const perHandoffMs = sale.makespanMs / (CONNECTIONS * BUYERS_PER_CONNECTION);
-    console.log(`  per critical section: ${perHandoffMs.toFixed(2)} ms = ${(perHandoffMs / writeMs).toFixed(2)} write round trips`);
+    assertInvariant('this library', sale);
     const naiveSale = await medianFlashSale(5, () => flashSale(naive, BUYERS_PER_CONNECTION, STOCK));
     printFlashSale('naive try-lock (retry 5-15 ms)', naiveSale);
+    assertInvariant('naive try-lock', naiveSale);
     console.log(`  makespan ratio naive / this library: ${formatRatio(naiveSale.makespanMs, sale.makespanMs)}`);
   } finally {
     for (const client of naiveClients) client.close();
     await Promise.all(services.map((service) => service.onApplicationShutdown()));
     await zookeeper.stop();
   }
+}
+
+interface HandOffs {
+  medianMs: number;
+  p90Ms: number;
+  /** Requests every client sent between a release and the next grant, per hand-off: `1.00 (delete 1.00, getChildren 0.00)`. */
+  requests: string;
+}
+
+/**
+ * The hand-off on its own, PAIR_HAND_OFFS times: the holder releases while the other client
+ * waits directly behind it (both its watches set); from the release call to the grant, and the
+ * requests both clients send in that window.
+ */
+async function pairHandOffs(services: LockService[], backends: LockBackend[]): Promise<HandOffs> {
+  const name = `bench-hand-off-pair-${Date.now()}`;
+  await openSessions(services);
+  const traffic = backends.map((backend) => new ClientTraffic(clientOf(backend)));
+  const sent = new Map<string, number>();
+  const times: number[] = [];
+  let holder = await services[0].acquire(name);
+  for (let i = 1; i <= PAIR_HAND_OFFS; i++) {
+    const next = i % 2;
+    const waiting = services[next].acquire(name, { waitTimeoutMs: 10_000 });
+    // Waiting in full: its own node and the holder's are watched.
+    while (watchedPaths(clientOf(backends[next])).length < 2) await new Promise((resolve) => setImmediate(resolve));
+    traffic.forEach((counter) => counter.reset());
+    const releasedAt = performance.now();
+    void holder.release();
+    holder = await waiting;
+    times.push(performance.now() - releasedAt);
+    addCounts(sent, traffic);
+  }
+  await holder.release();
+  return { medianMs: median(times), p90Ms: percentile(times, 90), requests: perHandOff(sent, PAIR_HAND_OFFS) };
+}
+
+/**
+ * The hand-off inside a queue, as in a flash sale once every buyer has arrived: waiters of
+ * every client queued behind one holder (most listed a long queue, so most watch a waiter, not
+ * the holder), then the lock goes down the queue, each critical section empty; from one
+ * holder's release (the end of its section) to the next one's grant.
+ */
+async function queuedHandOffs(services: LockService[], backends: LockBackend[]): Promise<HandOffs> {
+  const name = `bench-hand-off-queue-${Date.now()}`;
+  const waiters = services.length * QUEUED_PER_CONNECTION;
+  await openSessions(services);
+  const traffic = backends.map((backend) => new ClientTraffic(clientOf(backend)));
+  const holder = await services[0].acquire(name);
+  const enteredAt: number[] = [];
+  const sent = new Map<string, number>();
+  const enter = () => {
+    enteredAt.push(performance.now());
+    // The last grant ends the window: its holder's release hands nothing over.
+    if (enteredAt.length < waiters) return;
+    addCounts(sent, traffic);
+  };
+  const granted = services.flatMap((service) =>
+    Array.from({ length: QUEUED_PER_CONNECTION }, () => service.withLock(name, enter, { waitTimeoutMs: 60_000 })),
+  );
+  // Queued, and done setting up: no client has sent anything for 100 ms.
+  for (let quiet = 0, last = -1; quiet < 20; ) {
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const total = traffic.reduce((sum, counter) => sum + counter.requestsSent, 0);
+    quiet = total === last ? quiet + 1 : 0;
+    last = total;
+  }
+  traffic.forEach((counter) => counter.reset());
+  const releasedAt = performance.now();
+  await holder.release();
+  await Promise.all(granted);
+  const times = enteredAt.map((at, i) => at - (i === 0 ? releasedAt : enteredAt[i - 1]));
+  return { medianMs: median(times), p90Ms: percentile(times, 90), requests: perHandOff(sent, waiters) };
+}
+
+function addCounts(sent: Map<string, number>, traffic: ClientTraffic[]): void {
+  for (const counter of traffic) for (const [operation, count] of counter.counts()) sent.set(operation, (sent.get(operation) ?? 0) + count);
+}
+
+/** Every service opens its session (the probes read its client). */
+async function openSessions(services: LockService[]): Promise<void> {
+  await Promise.all(services.map(async (service) => (await service.tryAcquire(`bench-warm-up-${Date.now()}`))?.release()));
+}
+
+/** `1.00 (delete 1.00, getChildren 0.98)`: keep-alives left out. */
+function perHandOff(sent: Map<string, number>, handOffs: number): string {
+  const shown = [...sent].filter(([operation]) => operation !== 'heartbeat' && operation !== 'ping');
+  const total = shown.reduce((sum, [, count]) => sum + count, 0);
+  return `${(total / handOffs).toFixed(2)} (${shown.map(([operation, count]) => `${operation} ${(count / handOffs).toFixed(2)}`).join(', ') || 'none'})`;
+}
+
+function assertInvariant(label: string, sale: FlashSaleResult): void {
+  if (!sale.invariantHolds) throw new Error(`${label}: stock ${sale.stockLeft} + winners ${sale.winners} != ${sale.initialStock}, or oversold`);
 }
 
 /** The peer: create an ephemeral node; if it exists, sleep 5-15 ms and try again; delete it after. */

@@ -43,8 +43,9 @@ const CREATE_ROUNDS = 10;
  * Round trips: acquire uncontended 1 (parent create if unknown + create/touch transaction,
  * pipelined; the watch on our own node follows, not awaited), contended 2 (+ the children list,
  * then both watches pipelined); release 1 (delete); handoff: the waiter is told by the server's
- * watch event and, when its predecessor was the holder, owns the lock at once (0 further round
- * trips). Empty parents are removed after PARENT_IDLE_MS without use (LockParents).
+ * watch event and, when the node it watched was the head of the queue it listed, owns the lock
+ * at once (0 further round trips); further back, it lists the children once more (as Curator).
+ * Empty parents are removed after PARENT_IDLE_MS without use (LockParents).
  */
 export class ZooKeeperLockBackend implements LockBackend {
   readonly name = 'zookeeper';

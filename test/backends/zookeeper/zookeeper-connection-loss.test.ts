@@ -4,16 +4,16 @@ import { createZooKeeperBackend } from '../../../lib/backends/zookeeper/create-z
 import { lockNodeName } from '../../../lib/backends/zookeeper/zookeeper-paths';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { startZooKeeperServer, type ZooKeeperServer } from '../../support/zookeeper-server';
-import { OP_MULTI, ReplyDroppingProxy } from './reply-dropping-proxy';
+import { OP_MULTI, ZooKeeperFaultProxy } from './zookeeper-fault-proxy';
 import { ZooKeeperInspector } from './zookeeper-inspect';
 
 describe('ZooKeeper connection loss during the create (protected mode)', () => {
   let zookeeper: ZooKeeperServer;
-  let proxy: ReplyDroppingProxy;
+  let proxy: ZooKeeperFaultProxy;
   let inspector: ZooKeeperInspector;
   before(async () => {
     zookeeper = await startZooKeeperServer();
-    proxy = await ReplyDroppingProxy.start(zookeeper.port);
+    proxy = await ZooKeeperFaultProxy.start(zookeeper.port);
     inspector = await ZooKeeperInspector.connect(zookeeper.connectionString);
   });
   after(async () => {
@@ -33,7 +33,7 @@ describe('ZooKeeper connection loss during the create (protected mode)', () => {
         await (await viaProxy.acquire('warm-up')).release();
         const holder = contended ? await direct.acquire(name) : undefined;
         const cutsBefore = proxy.cuts;
-        proxy.arm(OP_MULTI);
+        proxy.dropNextReply(OP_MULTI);
         const acquiring = viaProxy.acquire(name, { waitTimeoutMs: 8_000 });
         if (holder) {
           await new Promise((resolve) => setTimeout(resolve, 500));
@@ -53,4 +53,27 @@ describe('ZooKeeper connection loss during the create (protected mode)', () => {
       }
     });
   }
+
+  it('looks for its node after the last create round too: ten creates lost on the way, the eleventh carried out with its reply lost', async () => {
+    const name = 'lost-reply-last-round';
+    const parent = `/distributed-lock/${lockNodeName(`lock:${name}`)}`;
+    const viaProxy = lockServiceOver(createZooKeeperBackend({ type: 'zookeeper', connectionString: proxy.connectionString }));
+    try {
+      await (await viaProxy.acquire('warm-up')).release();
+      const cutsBefore = proxy.cuts;
+      // The backend gives up on a create after 10 rounds without a reply; the 10th reply is the one lost here.
+      proxy.dropNextReply(OP_MULTI, { requestsToLose: 9 });
+      // Giving up without a last search would leave the 10th create's node at the head of the
+      // queue, for the whole session: the retry would queue behind it and time out.
+      const lock = await viaProxy.acquire(name, { waitTimeoutMs: 8_000 });
+      assert.equal(proxy.cuts, cutsBefore + 10, 'the proxy did not cut the connection 10 times');
+      const children = await inspector.children(parent);
+      assert.equal(children.length, 1, `leaked nodes: ${children.join(', ')}`);
+      assert.equal(lock.fencingToken, await inspector.czxid(`${parent}/${children[0]}`), 'the token is not the node czxid');
+      await lock.release();
+      assert.deepEqual(await inspector.children(parent), []);
+    } finally {
+      await viaProxy.onApplicationShutdown();
+    }
+  });
 });

@@ -1,4 +1,4 @@
-import { createClient, type Client } from 'node-zookeeper-client';
+import { createClient, CreateMode, type Client, type Option } from 'node-zookeeper-client';
 
 /** A plain client to look at (and vandalise) the tree the backend builds, as an operator would. */
 export class ZooKeeperInspector {
@@ -11,6 +11,23 @@ export class ZooKeeperInspector {
     client.connect();
     await connected;
     return new ZooKeeperInspector(client);
+  }
+
+  /**
+   * Ends another client's session at the server, as a client of that session can: connects with
+   * its id and password and closes it. The server deletes the session's ephemeral nodes and, when
+   * the owner reconnects, tells it the session expired.
+   */
+  static async endSession(connectionString: string, sessionId: Buffer, sessionPassword: Buffer): Promise<void> {
+    // node-zookeeper-client takes these options (ConnectionManager), its published types do not list them.
+    const options = { sessionTimeout: 10_000, spinDelay: 100, sessionId, sessionPassword } as Partial<Option>;
+    const client = createClient(connectionString, options);
+    const connected = new Promise<void>((resolve) => client.once('connected', () => resolve()));
+    client.connect();
+    await connected;
+    const closed = new Promise<void>((resolve) => client.once('disconnected', () => resolve()));
+    client.close();
+    await closed;
   }
 
   /** Children of `path`, or [] when it does not exist. */
@@ -37,6 +54,19 @@ export class ZooKeeperInspector {
   czxid(path: string): Promise<bigint | undefined> {
     return new Promise((resolve, reject) =>
       this.client.exists(path, (error, stat) => (error ? reject(error) : resolve(stat ? stat.czxid.readBigInt64BE(0) : undefined))),
+    );
+  }
+
+  /**
+   * A lock node under `parent` (created if missing) that is not this library's: another
+   * process's holder, as the tree shows it. Its path; it goes when removed or at close().
+   */
+  createLockNode(parent: string): Promise<string> {
+    return new Promise((resolve, reject) =>
+      this.client.mkdirp(parent, (error) => {
+        if (error) return reject(error);
+        this.client.create(`${parent}/_c_operator-lock-`, CreateMode.EPHEMERAL_SEQUENTIAL, (error, path) => (error ? reject(error) : resolve(path)));
+      }),
     );
   }
 

@@ -35,6 +35,9 @@ describe('ZooKeeper options', () => {
       ['backend.connectionString', { connectionString: 'zk://127.0.0.1:2181' }],
       ['backend.connectionString', { connectionString: '127.0.0.1:2181/chroot/' }],
       ['backend.connectionString', { connectionString: 42 }],
+      // node-zookeeper-client splits at every ':': it would only fail after the connect timeout.
+      ['backend.connectionString', { connectionString: '[::1]:2181' }],
+      ['backend.connectionString', { connectionString: '127.0.0.1:2181,[::1]:2181/locks' }],
       ['backend.sessionTimeoutMs', { sessionTimeoutMs: 0 }],
       ['backend.sessionTimeoutMs', { sessionTimeoutMs: -1 }],
       ['backend.sessionTimeoutMs', { sessionTimeoutMs: 1.5e3 + 0.5 }],
@@ -68,6 +71,12 @@ describe('ZooKeeper options', () => {
       });
       await assert.rejects(createBackend(options), LockConfigError);
     }
+    assert.throws(
+      () => createZooKeeperBackend({ ...good, connectionString: '[::1]:2181' }),
+      /cannot connect to an IPv6 literal .*use a host name that resolves to the address/,
+    );
+    // A bracket in the chroot is a valid node name, not an address.
+    assert.doesNotThrow(() => createZooKeeperBackend({ ...good, connectionString: `${good.connectionString}/locks[eu]` }));
     await new Promise((resolve) => setTimeout(resolve, 100));
     assert.equal(connections, 0, 'a backend with bad options connected to the server');
     assert.equal(resolveModuleOptions({ backend: good }).backend, good);

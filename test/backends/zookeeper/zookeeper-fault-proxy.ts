@@ -4,22 +4,27 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 export const OP_MULTI = 14;
 
 /**
- * A TCP proxy in front of ZooKeeper that can lose one reply on purpose: once armed, it lets the
- * next request of the given opcode through, waits for the server's reply to it (so the server
- * did carry it out), drops that reply and cuts the client's connection. The client sees
- * CONNECTION_LOSS for a request that succeeded: the case Curator's protected mode exists for.
+ * A TCP proxy in front of ZooKeeper that breaks the connection on purpose, as a network would:
+ * - `dropNextReply`: lets the next request of an opcode through, waits for the server's reply
+ *   (so the server did carry it out), drops that reply and cuts the client's connection. The
+ *   client sees CONNECTION_LOSS for a request that succeeded: the case Curator's protected mode
+ *   exists for. Optionally the requests before it are lost on the way in (never carried out).
+ * - `block`: cuts every connection and hangs up on new ones until `unblock`, so another client
+ *   can act on the session meanwhile.
  */
-export class ReplyDroppingProxy {
+export class ZooKeeperFaultProxy {
+  /** Connections cut on purpose so far. */
   cuts = 0;
-  private armedFor?: number;
+  private armed?: { opcode: number; requestsToLose: number };
+  private blocked = false;
   private readonly sockets = new Set<Socket>();
 
   private constructor(private readonly server: Server) {}
 
-  static async start(targetPort: number): Promise<ReplyDroppingProxy> {
+  static async start(targetPort: number): Promise<ZooKeeperFaultProxy> {
     const server = createServer();
-    const proxy = new ReplyDroppingProxy(server);
-    server.on('connection', (client) => proxy.relay(client, targetPort));
+    const proxy = new ZooKeeperFaultProxy(server);
+    server.on('connection', (client) => (proxy.blocked ? client.destroy() : proxy.relay(client, targetPort)));
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     return proxy;
   }
@@ -28,9 +33,22 @@ export class ReplyDroppingProxy {
     return `127.0.0.1:${(this.server.address() as { port: number }).port}`;
   }
 
-  /** Drop the reply to the next request with this opcode, and the connection with it. */
-  arm(opcode: number): void {
-    this.armedFor = opcode;
+  /**
+   * Drops the reply to the next request with this opcode, and the connection with it. With
+   * `requestsToLose`, that many requests of the opcode are first dropped before reaching the
+   * server (each also cutting the connection).
+   */
+  dropNextReply(opcode: number, { requestsToLose = 0 } = {}): void {
+    this.armed = { opcode, requestsToLose };
+  }
+
+  block(): void {
+    this.blocked = true;
+    for (const socket of this.sockets) socket.destroy();
+  }
+
+  unblock(): void {
+    this.blocked = false;
   }
 
   async stop(): Promise<void> {
@@ -52,9 +70,15 @@ export class ReplyDroppingProxy {
     let doomedXid: number | undefined;
     // The first frame each way is the session handshake, which has no request header.
     frames(client, (frame, handshake) => {
-      if (!handshake && this.armedFor !== undefined && frame.readInt32BE(8) === this.armedFor) {
+      const armed = this.armed;
+      if (!handshake && armed && frame.readInt32BE(8) === armed.opcode) {
+        if (armed.requestsToLose > 0) {
+          armed.requestsToLose--;
+          this.cuts++;
+          return closeBoth();
+        }
         doomedXid = frame.readInt32BE(4);
-        this.armedFor = undefined;
+        this.armed = undefined;
       }
       upstream.write(frame);
     });
