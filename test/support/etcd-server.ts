@@ -17,6 +17,7 @@ interface Member {
   readonly name: string;
   readonly clientUrl: string;
   server?: ServerProcess;
+  paused?: boolean;
 }
 
 /**
@@ -99,15 +100,27 @@ export class EtcdCluster {
   /** SIGSTOP / SIGCONT: the member stops answering, with its connections left open. */
   pause(index: number): void {
     this.members[index].server?.pause();
+    this.members[index].paused = true;
   }
 
   resume(index: number): void {
     this.members[index].server?.resume();
+    this.members[index].paused = false;
   }
 
   /** Starts a killed member again, on its ports and data. */
   async revive(index: number): Promise<void> {
     await this.startMember(index);
+  }
+
+  /**
+   * Every member running and answering again, whatever a test left behind (after a failed
+   * assertion, say), so that one failed fault test does not fail the ones after it.
+   */
+  async restore(timeoutMs = 20_000): Promise<void> {
+    for (const [index, member] of this.members.entries()) if (member.paused) this.resume(index);
+    await Promise.all(this.members.map((member, index) => (member.server ? undefined : this.revive(index))));
+    await this.waitHealthy(timeoutMs);
   }
 
   /** Resolves once a linearizable read succeeds through every live member. */

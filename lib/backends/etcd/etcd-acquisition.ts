@@ -26,10 +26,10 @@ export interface AcquisitionOutcome {
 const RECHECK_RETRY_MS = 200;
 
 /**
- * How long a waiter's watch may stay silent before the waiter rechecks anyway (and again after
- * each such period): half the session ttl, within [0.5 s, 5 s]. The session ttl is the failover
- * time the user chose for a crashed holder; a stalled watch delays a hand-off by at most about
- * half of it, for one read-only transaction per waiter and period.
+ * How long a waiter's watch may stay silent before the waiter reads its predecessor anyway (and
+ * again after each such period): half the session ttl, within [0.5 s, 5 s]. The session ttl is
+ * the failover time the user chose for a crashed holder; a stalled watch delays a hand-off by at
+ * most about half of it, for one single-key read per waiter and period.
  */
 export function watchSafetyNetMs(sessionTtlSeconds: number): number {
   return Math.min(5_000, Math.max(500, (sessionTtlSeconds * 1000) / 2));
@@ -141,20 +141,16 @@ export class EtcdAcquisition implements LocalFollower {
   private watch(predecessor: IKeyValue, readRevision: bigint): void {
     const watcher = this.client.watch().key(predecessor.key).only('delete').watcher();
     this.watcher = watcher;
-    this.armSafetyNet(watcher);
+    this.armSafetyNet(watcher, predecessor);
     let connections = 0;
-    watcher.on('data', () => watcher === this.watcher && this.armSafetyNet(watcher));
+    watcher.on('data', () => watcher === this.watcher && this.armSafetyNet(watcher, predecessor));
     watcher.on('delete', () => watcher === this.watcher && void this.recheck());
     watcher.on('connected', (created: { header: { revision: string } }) => {
       if (watcher !== this.watcher) return;
-      this.armSafetyNet(watcher);
+      this.armSafetyNet(watcher, predecessor);
       // After a reconnect the stream may have skipped events sent just before it broke.
       if (++connections > 1) return void this.recheck();
-      if (BigInt(created.header.revision) === readRevision) return;
-      this.txn(keyStillTxn(predecessor)).then(
-        (response) => response.succeeded || watcher !== this.watcher || void this.recheck(),
-        () => watcher === this.watcher && void this.recheck(),
-      );
+      if (BigInt(created.header.revision) !== readRevision) this.checkPredecessor(watcher, predecessor);
     });
     // The server cancelled the watch: look again, and follow anew.
     watcher.on('error', () => {
@@ -168,16 +164,26 @@ export class EtcdAcquisition implements LocalFollower {
    * etcd3's watch streams have no keepalive: a watch carried by a member that stalls (a paused
    * process, a half-open connection) neither errors nor delivers, and its waiter would wait
    * forever after the lock was freed. So a watch that has heard nothing for `safetyNetMs` is
-   * backed by a recheck, served by whichever member answers, and again every `safetyNetMs`.
+   * backed by a read of the predecessor, served by whichever member answers, and again every
+   * `safetyNetMs`. A single-key read, not the recheck: that one reads the whole queue, and a long
+   * queue of waiters would pay for it squared.
    */
-  private armSafetyNet(watcher: Watcher): void {
+  private armSafetyNet(watcher: Watcher, predecessor: IKeyValue): void {
     clearTimeout(this.safetyNet);
     this.safetyNet = setTimeout(() => {
       if (watcher !== this.watcher) return;
-      this.armSafetyNet(watcher);
-      void this.recheck();
+      this.armSafetyNet(watcher, predecessor);
+      this.checkPredecessor(watcher, predecessor);
     }, this.safetyNetMs);
     this.safetyNet.unref();
+  }
+
+  /** One single-key read: when the predecessor we watch is gone (or we cannot tell), recheck. */
+  private checkPredecessor(watcher: Watcher, predecessor: IKeyValue): void {
+    this.txn(keyStillTxn(predecessor)).then(
+      (response) => response.succeeded || watcher !== this.watcher || void this.recheck(),
+      () => watcher === this.watcher && void this.recheck(),
+    );
   }
 
   private unfollow(): void {

@@ -84,6 +84,10 @@ export class EtcdLockBackend implements LockBackend {
     private readonly sessionTtlSeconds: number,
   ) {}
 
+  /**
+   * Looks at the request's signal at once (see AcquireRequest.signal): every acquisition here
+   * waits for at least one round trip to etcd, and a wait timeout or an abort must bound it.
+   */
   acquire(request: AcquireRequest): Promise<LockGrant> {
     request.signal.throwIfAborted();
     return this.queue(request, true);
