@@ -12,7 +12,7 @@ import { flashSale, medianFlashSale, uncontendedCycles, type FlashSaleResult, ty
 const CONNECTIONS = 4;
 const BUYERS_PER_CONNECTION = 50;
 const STOCK = 150;
-const CYCLE_ROUNDS = 7;
+const CYCLE_ROUNDS = 11;
 const CYCLES_PER_ROUND = 500;
 const SALE_REPEATS = 5;
 const LEASE_MS = 10_000;

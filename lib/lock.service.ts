@@ -27,6 +27,9 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
   private readonly ownerPrefix = `${randomUUID()}:`;
   private ownerSeq = 0;
   private readonly leases = new Set<LockLease>();
+  /** Ends each acquisition still waiting, with the reason given: shutdown stops them first. */
+  private readonly waits = new Set<(reason: unknown) => void>();
+  private shuttingDown = false;
 
   constructor(
     @Inject(LOCK_BACKEND) private readonly backend: LockBackend,
@@ -68,6 +71,7 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
     const key = this.backendKey(name);
     const reentered = this.reenter(key);
     if (reentered) return reentered;
+    this.assertRunning();
     const grant = await this.tryGrant(key, resolved.ttlMs);
     return grant && new LockHandle(this.track(grant, name, resolved), false);
   }
@@ -105,6 +109,10 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
    * and released at the server, so other processes need not wait for the leases to run out.
    */
   async onApplicationShutdown(): Promise<void> {
+    this.shuttingDown = true;
+    // Waits first: a waiter woken by one of the releases below would get a lock lost at once.
+    const abandoned = new DistributedLockError('The application is shutting down: the wait for the lock was abandoned.');
+    for (const stop of [...this.waits]) stop(abandoned);
     const held = [...this.leases];
     this.leases.clear();
     for (const lease of held) lease.markLost('backend-closed');
@@ -124,12 +132,21 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
     const reentered = this.reenter(key);
     if (reentered) return reentered;
     signal?.throwIfAborted();
+    this.assertRunning();
     const grant =
       options.waitTimeoutMs === 0
         ? await this.tryGrant(key, options.ttlMs)
         : await this.waitForGrant(key, name, options.ttlMs, options.waitTimeoutMs, signal);
     if (!grant) throw new LockTimeoutError(name, 0);
+    if (this.shuttingDown) {
+      await this.backend.release(grant).catch(() => undefined);
+      this.assertRunning();
+    }
     return new LockHandle(this.track(grant, name, options), false);
+  }
+
+  private assertRunning(): void {
+    if (this.shuttingDown) throw new DistributedLockError('The application is shutting down: no new locks are taken.');
   }
 
   private tryGrant(key: string, ttlMs: number): Promise<LockGrant | null> {
@@ -163,6 +180,7 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
         : setTimeout(() => stop(new LockTimeoutError(name, Math.round(performance.now() - started))), waitTimeoutMs);
     const onCallerAbort = () => stop(callerSignal!.reason);
     callerSignal?.addEventListener('abort', onCallerAbort, { once: true });
+    this.waits.add(stop);
     const request: AcquireRequest = {
       key,
       owner: this.nextOwner(),
@@ -180,6 +198,7 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
     } finally {
       clearTimeout(timer);
       callerSignal?.removeEventListener('abort', onCallerAbort);
+      this.waits.delete(stop);
     }
   }
 

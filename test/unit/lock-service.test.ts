@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { currentLock, LockKeyError, LockLostError, LockTimeoutError, MemoryLockBackend, MemoryLockStore, WithLock, type LockGrant } from '../../lib';
+import { currentLock, DistributedLockError, LockKeyError, LockLostError, LockTimeoutError, MemoryLockBackend, MemoryLockStore, WithLock, type LockGrant } from '../../lib';
 import { lockServiceOver } from '../support/lock-service-factory';
 import { overriddenBackend } from '../support/overridden-backend';
 import { abortedWithin, sleep } from '../support/timing';
@@ -118,6 +118,24 @@ describe('LockService and its leases', () => {
       }
     }
     await assert.rejects(Jobs.run(undefined), (error: unknown) => error instanceof LockKeyError && error.method === 'Jobs.run');
+  });
+
+  it('on shutdown abandons its own waiters before releasing its locks, so none is granted a lock about to go', async () => {
+    const service = lockServiceOver(new MemoryLockBackend());
+    const held = await Promise.all([service.acquire('one'), service.acquire('two')]);
+    let granted = 0;
+    const waiters = ['one', 'one', 'two'].map((name) => service.acquire(name).then(() => granted++));
+    await sleep(20);
+    await service.onApplicationShutdown();
+    for (const outcome of await Promise.allSettled(waiters)) {
+      assert.equal(outcome.status, 'rejected');
+      assert.ok((outcome as PromiseRejectedResult).reason instanceof DistributedLockError);
+      assert.match(String((outcome as PromiseRejectedResult).reason), /shutting down/);
+    }
+    assert.equal(granted, 0);
+    assert.ok(held.every((lock) => lock.signal.aborted));
+    await assert.rejects(service.acquire('three'), /shutting down/);
+    await assert.rejects(service.tryAcquire('three'), /shutting down/);
   });
 
   it('closing the memory backend fires the lost signal of every lock it holds', async () => {
