@@ -11,3 +11,13 @@ export const median = (values: readonly number[]) => percentile(values, 50);
 export function formatRatio(ours: number, theirs: number): string {
   return `${(ours / theirs).toFixed(2)}x`;
 }
+
+/**
+ * Ratios taken inside each round (both sides measured back to back, under the same machine
+ * load), then their median and quartiles: on a shared machine whose speed drifts over seconds,
+ * this is steadier than the ratio of two medians taken over the whole run.
+ */
+export function pairedRatio(ours: readonly number[], theirs: readonly number[]): { median: number; p25: number; p75: number } {
+  const ratios = ours.map((value, round) => value / theirs[round]);
+  return { median: median(ratios), p25: percentile(ratios, 25), p75: percentile(ratios, 75) };
+}

@@ -26,6 +26,21 @@ export async function uncontendedCycles(run: LockRunner, rounds = 7, cyclesPerRo
   return { cyclesPerSecond, cycleMs: 1000 / cyclesPerSecond };
 }
 
+/**
+ * Uncontended cycles of several libraries, in rounds: each round runs every library once, in a
+ * shuffled order (no library always runs right after the same one), after one warm-up round.
+ * Returns cycles per second per library, one entry per round, aligned by round.
+ */
+export async function interleavedCycles<K>(runners: ReadonlyMap<K, LockRunner>, rounds: number, cyclesPerRound: number): Promise<Map<K, number[]>> {
+  const results = new Map<K, number[]>([...runners.keys()].map((key) => [key, []]));
+  for (const run of runners.values()) await uncontendedCycles(run, 1, cyclesPerRound);
+  for (let round = 0; round < rounds; round++) {
+    const order = [...runners.keys()].sort(() => Math.random() - 0.5);
+    for (const key of order) results.get(key)!.push((await uncontendedCycles(runners.get(key)!, 1, cyclesPerRound)).cyclesPerSecond);
+  }
+  return results;
+}
+
 export interface FlashSaleResult {
   makespanMs: number;
   criticalSectionsPerSecond: number;

@@ -1,5 +1,6 @@
 import { Logger } from '@nestjs/common';
 import type { LockBackend, LockGrant } from './backends/lock-backend.interface';
+import { deadlines, type Deadline } from './deadlines';
 import { LockLostError, type LockLostReason } from './errors';
 import { assertTtl } from './lock-options';
 
@@ -17,20 +18,41 @@ const logger = new Logger('DistributedLock');
  * The leases listening to each backend `lost` signal. Backends may share one signal among all
  * their grants (Redis aborts one at close()); EventTarget walks its list of listeners on every
  * add and remove, which with thousands of locks held would cost O(locks) per acquisition. One
- * listener per signal and a Set make joining and leaving O(1).
+ * listener per signal and a Set make joining and leaving O(1); a signal of one grant (memory,
+ * etcd, ZooKeeper) keeps its one lease without a Set.
  */
-const leasesBySignal = new WeakMap<AbortSignal, Set<LockLease>>();
+interface Listening {
+  one?: LockLease;
+  many?: Set<LockLease>;
+}
+const leasesBySignal = new WeakMap<AbortSignal, Listening>();
 
 function listenForLoss(lease: LockLease, signal: AbortSignal): void {
-  let leases = leasesBySignal.get(signal);
-  if (!leases) {
-    const listening = new Set<LockLease>();
-    leasesBySignal.set(signal, (leases = listening));
-    signal.addEventListener('abort', () => {
-      for (const each of listening) each.markLost('backend-reported', signal.reason);
-    }, { once: true });
+  let listening = leasesBySignal.get(signal);
+  if (!listening) {
+    const entry: Listening = {};
+    leasesBySignal.set(signal, (listening = entry));
+    signal.addEventListener(
+      'abort',
+      () => {
+        const leases = entry.many ? [...entry.many] : entry.one ? [entry.one] : [];
+        for (const each of leases) each.markLost('backend-reported', signal.reason);
+      },
+      { once: true },
+    );
   }
-  leases.add(lease);
+  if (listening.many) listening.many.add(lease);
+  else if (!listening.one) listening.one = lease;
+  else {
+    listening.many = new Set([listening.one, lease]);
+    listening.one = undefined;
+  }
+}
+
+function stopListening(lease: LockLease, signal: AbortSignal): void {
+  const listening = leasesBySignal.get(signal);
+  if (listening?.one === lease) listening.one = undefined;
+  else listening?.many?.delete(lease);
 }
 
 /**
@@ -38,7 +60,8 @@ function listenForLoss(lease: LockLease, signal: AbortSignal): void {
  * confirmed, fires the lost signal the moment the lease is known gone, and releases it once when
  * the last re-entrant holder leaves. LockHandle is the user's view of it.
  *
- * One timer per lease, aimed at whichever comes first: the next renewal or the deadline.
+ * One deadline per lease (on the process's shared scheduler, see deadlines.ts), at whichever
+ * comes first: the next renewal or the end of the lease.
  */
 export class LockLease {
   private readonly lostController = new AbortController();
@@ -46,7 +69,7 @@ export class LockLease {
   private deadline: number;
   /** When the next renewal is due; Infinity while none is (renew off, or one on its way). */
   private renewAt = Infinity;
-  private timer?: NodeJS.Timeout;
+  private timer?: Deadline;
   private released?: Promise<void>;
   private lostError?: LockLostError;
 
@@ -59,7 +82,7 @@ export class LockLease {
     private readonly renewIntervalMs: number | undefined,
     private readonly autoRenew: boolean,
     /** Told once, after the backend release, so the owner can stop tracking this lease. */
-    private readonly onReleased: () => void,
+    private readonly onReleased: (lease: LockLease) => void,
   ) {
     // The server's lease started after the request was sent, never before: count from then.
     this.deadline = (grant.requestedAt ?? performance.now()) + ttlMs - driftAllowanceMs(ttlMs);
@@ -146,9 +169,8 @@ export class LockLease {
   }
 
   private arm(): void {
-    clearTimeout(this.timer);
-    this.timer = setTimeout(this.onTimer, Math.max(0, Math.min(this.renewAt, this.deadline) - performance.now()));
-    this.timer.unref();
+    deadlines.cancel(this.timer);
+    this.timer = deadlines.add(Math.min(this.renewAt, this.deadline), this.onTimer);
   }
 
   private readonly onTimer = (): void => {
@@ -157,8 +179,7 @@ export class LockLease {
       this.renewAt = Infinity;
       void this.renewNow();
     }
-    // Watch the deadline meanwhile; timers can also fire a little early (libuv's cached loop time).
-    this.arm();
+    this.arm(); // the end of the lease meanwhile, or the next renewal
   };
 
   private async renewNow(): Promise<void> {
@@ -197,21 +218,27 @@ export class LockLease {
   }
 
   private stop(): void {
-    clearTimeout(this.timer);
-    leasesBySignal.get(this.grant.lost)?.delete(this);
+    deadlines.cancel(this.timer);
+    stopListening(this, this.grant.lost);
   }
 
   private async releaseAtBackend(): Promise<void> {
     this.checkDeadline();
-    this.stop();
     const validForMs = this.lostError ? undefined : this.deadline - performance.now();
+    let released: Promise<void>;
     try {
-      await this.backend.release(this.grant, validForMs);
+      released = this.backend.release(this.grant, validForMs);
+    } catch (error) {
+      released = Promise.reject(error);
+    }
+    this.stop(); // once the release is on its way: it need not wait for this
+    try {
+      await released;
     } catch (error) {
       // The lease runs out on its own; failing the caller's finished work would mislead it.
       logger.warn(`Releasing lock "${this.name}" failed; it expires with its lease: ${(error as Error).message}`);
     } finally {
-      this.onReleased();
+      this.onReleased(this);
     }
   }
 }

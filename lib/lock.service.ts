@@ -2,6 +2,7 @@ import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } fro
 import { randomUUID } from 'node:crypto';
 import { LOCK_BACKEND } from './backends/lock-backend.token';
 import type { AcquireRequest, LockBackend, LockGrant } from './backends/lock-backend.interface';
+import { deadlines, type Deadline } from './deadlines';
 import { DistributedLockError, LockBackendError, LockTimeoutError } from './errors';
 import { lockContext, LockScope } from './lock-context';
 import { LockHandle } from './lock-handle';
@@ -27,8 +28,9 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
   private readonly ownerPrefix = `${randomUUID()}:`;
   private ownerSeq = 0;
   private readonly leases = new Set<LockLease>();
-  /** Ends each acquisition still waiting, with the reason given: shutdown stops them first. */
-  private readonly waits = new Set<(reason: unknown) => void>();
+  private readonly forget = (lease: LockLease) => void this.leases.delete(lease);
+  /** The acquisitions still waiting: shutdown stops them first. */
+  private readonly waits = new Set<WaitRequest>();
   private shuttingDown = false;
 
   constructor(
@@ -112,7 +114,7 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
     this.shuttingDown = true;
     // Waits first: a waiter woken by one of the releases below would get a lock lost at once.
     const abandoned = new DistributedLockError('The application is shutting down: the wait for the lock was abandoned.');
-    for (const stop of [...this.waits]) stop(abandoned);
+    for (const request of [...this.waits]) request.stop(abandoned);
     const held = [...this.leases];
     this.leases.clear();
     for (const lease of held) lease.markLost('backend-closed');
@@ -133,11 +135,33 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
     if (reentered) return reentered;
     signal?.throwIfAborted();
     this.assertRunning();
-    const grant =
-      options.waitTimeoutMs === 0
-        ? await this.tryGrant(key, options.ttlMs)
-        : await this.waitForGrant(key, name, options.ttlMs, options.waitTimeoutMs, signal);
-    if (!grant) throw new LockTimeoutError(name, 0);
+    let grant: LockGrant;
+    if (options.waitTimeoutMs === 0) {
+      const taken = await this.tryGrant(key, options.ttlMs);
+      if (!taken) throw new LockTimeoutError(name, 0);
+      grant = taken;
+    } else {
+      const started = performance.now();
+      const request = new WaitRequest(key, this.nextOwner(), options.ttlMs);
+      let granted: Promise<LockGrant>;
+      try {
+        granted = this.backend.acquire(request);
+      } catch (error) {
+        granted = Promise.reject(error);
+      }
+      // Set up while the request is on its way to the server: nothing here is needed before it answers.
+      request.startClock(name, started, options.waitTimeoutMs, signal);
+      this.waits.add(request);
+      try {
+        grant = await granted;
+      } catch (error) {
+        // A timeout or the caller's abort reaches us as the signal's own reason: pass it through.
+        throw request.stoppedWith(error) ? error : this.wrap('acquire', error);
+      } finally {
+        request.stopClock();
+        this.waits.delete(request);
+      }
+    }
     if (this.shuttingDown) {
       await this.backend.release(grant).catch(() => undefined);
       this.assertRunning();
@@ -162,61 +186,68 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
     return new LockHandle(held.lease, true);
   }
 
-  private async waitForGrant(
-    key: string,
-    name: string,
-    ttlMs: number,
-    waitTimeoutMs: number,
-    callerSignal: AbortSignal | undefined,
-  ): Promise<LockGrant> {
-    const started = performance.now();
-    // Made only when a backend looks at the request's signal (most grants come at once, before
-    // any backend needs it) or when the wait must end: an AbortSignal costs microseconds to make.
-    let waiting: AbortController | undefined;
-    const stop = (reason: unknown) => (waiting ??= new AbortController()).abort(reason);
-    const timer =
-      waitTimeoutMs === Infinity
-        ? undefined
-        : setTimeout(() => stop(new LockTimeoutError(name, Math.round(performance.now() - started))), waitTimeoutMs);
-    const onCallerAbort = () => stop(callerSignal!.reason);
-    callerSignal?.addEventListener('abort', onCallerAbort, { once: true });
-    this.waits.add(stop);
-    const request: AcquireRequest = {
-      key,
-      owner: this.nextOwner(),
-      ttlMs,
-      get signal() {
-        return (waiting ??= new AbortController()).signal;
-      },
-    };
-    try {
-      return await this.backend.acquire(request);
-    } catch (error) {
-      // A timeout or the caller's abort reaches us as the signal's own reason: pass it through.
-      if (waiting?.signal.aborted && error === waiting.signal.reason) throw error;
-      throw this.wrap('acquire', error);
-    } finally {
-      clearTimeout(timer);
-      callerSignal?.removeEventListener('abort', onCallerAbort);
-      this.waits.delete(stop);
-    }
-  }
-
-
   /** Wraps client errors once, at the boundary; the library's own errors pass through. */
   private wrap(operation: string, error: unknown): Error {
     return error instanceof DistributedLockError ? error : new LockBackendError(this.backend.name, operation, error);
   }
 
   private track(grant: LockGrant, name: string, options: ResolvedLockOptions): LockLease {
-    const lease: LockLease = new LockLease(this.backend, grant, name, options.ttlMs, options.renewIntervalMs, options.renew, () =>
-      this.leases.delete(lease),
-    );
+    const lease = new LockLease(this.backend, grant, name, options.ttlMs, options.renewIntervalMs, options.renew, this.forget);
     this.leases.add(lease);
     return lease;
   }
 
   private nextOwner(): string {
     return this.ownerPrefix + (++this.ownerSeq).toString(36);
+  }
+}
+
+/**
+ * One acquisition's request to the backend. Its signal is made only when a backend looks at it
+ * (most grants come at once, before any backend needs it) or when the wait must end: an
+ * AbortSignal costs microseconds to make.
+ */
+class WaitRequest implements AcquireRequest {
+  private controller?: AbortController;
+  private timer?: Deadline;
+  private callerSignal?: AbortSignal;
+  private onCallerAbort?: () => void;
+
+  constructor(
+    readonly key: string,
+    readonly owner: string,
+    readonly ttlMs: number,
+  ) {}
+
+  /** Ends the wait `waitTimeoutMs` after `started`, or when the caller's signal aborts. */
+  startClock(name: string, started: number, waitTimeoutMs: number, callerSignal: AbortSignal | undefined): void {
+    if (waitTimeoutMs !== Infinity) {
+      // Kept alive for: a process waiting for a lock is not done.
+      this.timer = deadlines.add(started + waitTimeoutMs, () => this.stop(new LockTimeoutError(name, Math.round(performance.now() - started))), true);
+    }
+    if (callerSignal) {
+      this.callerSignal = callerSignal;
+      this.onCallerAbort = () => this.stop(callerSignal.reason);
+      callerSignal.addEventListener('abort', this.onCallerAbort, { once: true });
+    }
+  }
+
+  stopClock(): void {
+    deadlines.cancel(this.timer);
+    if (this.onCallerAbort) this.callerSignal!.removeEventListener('abort', this.onCallerAbort);
+  }
+
+  get signal(): AbortSignal {
+    return (this.controller ??= new AbortController()).signal;
+  }
+
+  /** Ends the wait: the backend rejects with `reason`. */
+  stop(reason: unknown): void {
+    (this.controller ??= new AbortController()).abort(reason);
+  }
+
+  /** `error` is the reason this request was stopped with (not a backend failure). */
+  stoppedWith(error: unknown): boolean {
+    return this.controller?.signal.aborted === true && this.controller.signal.reason === error;
   }
 }

@@ -1,12 +1,16 @@
 import { RedisScript } from './redis-script';
 
+/** Grants are published on `<prefix><clientId>`; an ACL user needs `&nest-distributed-lock:*`. */
+export const GRANT_CHANNEL_PREFIX = 'nest-distributed-lock:';
+
 /*
  * The lock as Lua, one script per operation, so each is one round trip and atomic.
  * KEYS (see redis-keys.ts): 1 owner, 2 fence, 3 queue, 4 waiters, 5 alive.
  * Redis time (TIME) decides whether a waiter is alive, so client clocks never matter. Scripts
  * write after TIME, which Redis allows since 5.0 (effects replication; the default from 5.0).
  */
-const COMMON = `
+/** What queueing needs: shared by every script that adds a waiter. */
+const QUEUING = `
 local function now_ms()
   local t = redis.call('time')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -16,6 +20,43 @@ local function split(value)
   local space = string.find(value, ' ', 1, true)
   return string.sub(value, 1, space - 1), string.sub(value, space + 1)
 end
+
+local function keep_for(key, ms)
+  if redis.call('pttl', key) < ms then redis.call('pexpire', key, ms) end
+end
+
+-- The queue's keys outlive their last live waiter by a little, then vanish on their own.
+local function mark_alive(client, stale_after_ms)
+  redis.call('hset', KEYS[5], client, now_ms() + stale_after_ms)
+  keep_for(KEYS[3], stale_after_ms * 2)
+  keep_for(KEYS[4], stale_after_ms * 2)
+  keep_for(KEYS[5], stale_after_ms * 2)
+end
+
+-- The fence is taken when the waiter queues (as etcd's create revision, ZooKeeper's czxid):
+-- grants follow the queue, so they still get increasing fences, and a waiter of the holder's
+-- own process knows its fence before the holder lets go (see the transfer script).
+local function enqueue(owner, ttl, client, fence)
+  redis.call('rpush', KEYS[3], owner)
+  redis.call('hset', KEYS[4], owner, ttl .. ' ' .. client .. ' ' .. fence)
+end
+
+-- Joins the queue with the fence already taken. The reply tells the fence and who stands right
+-- before (the holder when the queue was empty): see the acquire script's reply.
+local function queue_up(owner, ttl, client, fence)
+  local ahead = redis.call('lindex', KEYS[3], -1)
+  if not ahead then
+    local _, holder = split(redis.call('get', KEYS[1]))
+    ahead = holder
+  end
+  enqueue(owner, ttl, client, fence)
+  return {0, redis.call('pttl', KEYS[1]), fence, ahead}
+end
+`;
+
+/** What handing the lock on needs, after QUEUING. */
+const HANDING = `
+local CHANNEL_PREFIX = '${GRANT_CHANNEL_PREFIX}'
 
 -- A waiter's entry in the waiters hash: '<ttlMs> <clientId> <fence>'.
 local function parse_entry(entry)
@@ -41,7 +82,7 @@ end
 -- its process on its channel; frees the key only when no live waiter is left. Entries of waiters
 -- that gave up (no longer in the waiters hash) and of dead processes (alive deadline passed)
 -- are skipped, never waited for.
-local function hand_off(channel_prefix, raw_key)
+local function hand_off(raw_key)
   local now
   while true do
     local owner = redis.call('lpop', KEYS[3])
@@ -57,7 +98,7 @@ local function hand_off(channel_prefix, raw_key)
       local alive_until = tonumber(redis.call('hget', KEYS[5], client))
       if alive_until and alive_until >= now then
         own(owner, ttl, fence)
-        redis.call('publish', channel_prefix .. client, cjson.encode({fence, raw_key, owner}))
+        redis.call('publish', CHANNEL_PREFIX .. client, cjson.encode({fence, raw_key, owner}))
         return
       end
     end
@@ -66,66 +107,108 @@ end
 
 -- A holder whose lease ran out leaves the key to the queue, not to whoever asks next.
 -- Returns whether the key is (still) free.
-local function hand_off_if_expired(channel_prefix, raw_key)
+local function hand_off_if_expired(raw_key)
   if redis.call('exists', KEYS[1]) == 1 then return false end
   if redis.call('llen', KEYS[3]) == 0 then return true end
-  hand_off(channel_prefix, raw_key)
+  hand_off(raw_key)
   return redis.call('exists', KEYS[1]) == 0
-end
-
-local function keep_for(key, ms)
-  if redis.call('pttl', key) < ms then redis.call('pexpire', key, ms) end
-end
-
--- The queue's keys outlive their last live waiter by a little, then vanish on their own.
-local function mark_alive(client, stale_after_ms)
-  redis.call('hset', KEYS[5], client, now_ms() + stale_after_ms)
-  keep_for(KEYS[3], stale_after_ms * 2)
-  keep_for(KEYS[4], stale_after_ms * 2)
-  keep_for(KEYS[5], stale_after_ms * 2)
-end
-
--- The fence is taken when the waiter queues (as etcd's create revision, ZooKeeper's czxid):
--- grants follow the queue, so they still get increasing fences, and a waiter of the holder's
--- own process knows its fence before the holder lets go (see the transfer script).
-local function enqueue(owner, ttl, client)
-  local fence = next_fence()
-  redis.call('rpush', KEYS[3], owner)
-  redis.call('hset', KEYS[4], owner, ttl .. ' ' .. client .. ' ' .. fence)
-  return fence
 end
 `;
 
 /**
- * ARGV: owner, ttlMs, clientId, staleAfterMs, channelPrefix, rawKey, mayQueue ('1' | '0').
+ * Every function, for scripts that may hand the lock on. Each script defines only what it may
+ * use, after its common case: Lua makes a closure per function definition on every run.
+ */
+const COMMON = QUEUING + HANDING;
+
+/**
+ * ARGV: owner, ttlMs, clientId, staleAfterMs, rawKey, mayQueue ('1' | '0').
  * Reply: {1, fence} granted; {0, ownerPttlMs} held by another; when queued
  * {0, ownerPttlMs, fence, ahead}: the fence this waiter will hold the lock with, and the owner id
  * of the entry right before it in the queue (the holder's when the queue was empty).
  */
 export const acquireScript = new RedisScript<[1, string] | [0, number] | [0, number, string, string]>(
   'acquire',
-  `${COMMON}
-if hand_off_if_expired(ARGV[5], ARGV[6]) then
-  return {1, grant(ARGV[1], ARGV[2])}
+  `-- The fence first: the lock's if the key is free, this caller's place in the queue otherwise.
+local fence = string.format('%d', redis.call('incr', KEYS[2]))
+local taken = redis.call('set', KEYS[1], fence .. ' ' .. ARGV[1], 'nx', 'px', ARGV[2])
+-- The common case, before any function is made: a free key, nobody queued.
+if taken and redis.call('llen', KEYS[3]) == 0 then return {1, fence} end
+if taken then
+  -- Free only because its holder's lease ran out while others queue: they come first.
+  redis.call('del', KEYS[1])
+  do
+${COMMON}
+    if hand_off_if_expired(ARGV[5]) then
+      own(ARGV[1], ARGV[2], fence)
+      return {1, fence}
+    end
+  end
 end
-if ARGV[7] ~= '1' then return {0, redis.call('pttl', KEYS[1])} end
-local ahead = redis.call('lindex', KEYS[3], -1)
-if not ahead then
-  local _, holder = split(redis.call('get', KEYS[1]))
-  ahead = holder
-end
-local fence = enqueue(ARGV[1], ARGV[2], ARGV[3])
+if ARGV[6] ~= '1' then return {0, redis.call('pttl', KEYS[1])} end
+${QUEUING}
+local reply = queue_up(ARGV[1], ARGV[2], ARGV[3], fence)
 mark_alive(ARGV[3], tonumber(ARGV[4]))
-return {0, redis.call('pttl', KEYS[1]), fence, ahead}
+return reply
 `,
 );
 
-/** ARGV: '<fence> <owner>', channelPrefix, rawKey. Reply: 1 released (and handed on), 0 not ours. */
+/**
+ * Several callers of one process asking for one key in the same tick (a burst of requests), in
+ * one round trip: each as the acquire script would, in arrival order, so the queue is the same
+ * as if they had come one by one. ARGV: clientId, staleAfterMs, rawKey, then owner, ttlMs of
+ * each caller. Reply: one acquire reply per caller, in order.
+ */
+export const acquireBatchScript = new RedisScript<([1, string] | [0, number, string, string])[]>(
+  'acquire-batch',
+  `${COMMON}
+local client, stale_after, raw_key = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local count = (#ARGV - 3) / 2
+-- One fence per caller, in arrival order.
+local first_fence = redis.call('incrby', KEYS[2], count) - count + 1
+local replies = {}
+-- The first caller as the acquire script would take it.
+local owner, ttl = ARGV[4], ARGV[5]
+local fence = string.format('%d', first_fence)
+local taken = redis.call('set', KEYS[1], fence .. ' ' .. owner, 'nx', 'px', ttl)
+if taken and redis.call('llen', KEYS[3]) > 0 then
+  -- Free only because its holder's lease ran out while others queue: they come first.
+  redis.call('del', KEYS[1])
+  taken = hand_off_if_expired(raw_key)
+  if taken then own(owner, ttl, fence) end
+end
+if taken then replies[1] = {1, fence} else replies[1] = queue_up(owner, ttl, client, fence) end
+-- Every later caller queues right behind the one before it: one RPUSH and one HSET for them all.
+if count > 1 then
+  local pttl = redis.call('pttl', KEYS[1])
+  local owners, entries = {}, {}
+  for i = 2, count do
+    local next_owner, next_ttl = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
+    local next_fence = string.format('%d', first_fence + i - 1)
+    owners[#owners + 1] = next_owner
+    entries[#entries + 1] = next_owner
+    entries[#entries + 1] = next_ttl .. ' ' .. client .. ' ' .. next_fence
+    replies[i] = {0, pttl, next_fence, ARGV[2 * i]}
+  end
+  redis.call('rpush', KEYS[3], unpack(owners))
+  redis.call('hset', KEYS[4], unpack(entries))
+end
+mark_alive(client, stale_after)
+return replies
+`,
+);
+
+/** ARGV: '<fence> <owner>', rawKey. Reply: 1 released (and handed on), 0 not ours. */
 export const releaseScript = new RedisScript<0 | 1>(
   'release',
-  `${COMMON}
-if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
-hand_off(ARGV[2], ARGV[3])
+  `if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+-- Nobody queued (the common case): free the key, before the functions below are made.
+if redis.call('llen', KEYS[3]) == 0 then
+  redis.call('del', KEYS[1])
+  return 1
+end
+${COMMON}
+hand_off(ARGV[2])
 return 1
 `,
 );
@@ -143,17 +226,26 @@ return 1
 export const transferScript = new RedisScript<0 | 1 | 2>(
   'transfer',
   `if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+local members, count = {}, (#ARGV - 1) / 2
+for i = 2, #ARGV, 2 do members[#members + 1] = ARGV[i] end
+local entries = redis.call('hmget', KEYS[4], unpack(members))
 local last_ttl
-for i = 2, #ARGV, 2 do
-  local entry = redis.call('hget', KEYS[4], ARGV[i])
-  if not entry then return 2 end
-  local ttl, _, fence = string.match(entry, '^(%d+) (%S+) (%d+)$')
-  if fence ~= ARGV[i + 1] then return 2 end
+for i = 1, count do
+  if not entries[i] then return 2 end
+  local ttl, _, fence = string.match(entries[i], '^(%d+) (%S+) (%d+)$')
+  if fence ~= ARGV[2 * i + 1] then return 2 end
   last_ttl = ttl
 end
-for i = 2, #ARGV, 2 do
-  redis.call('hdel', KEYS[4], ARGV[i])
-  redis.call('lrem', KEYS[3], 1, ARGV[i])
+redis.call('hdel', KEYS[4], unpack(members))
+-- The run is usually the head of the queue, in order: drop it at once. Else (entries of waiters
+-- that gave up in between) one by one.
+local head = redis.call('lrange', KEYS[3], 0, count - 1)
+local at_head = #head == count
+for i = 1, count do at_head = at_head and head[i] == members[i] end
+if at_head then
+  redis.call('ltrim', KEYS[3], count, -1)
+else
+  for i = 1, count do redis.call('lrem', KEYS[3], 1, members[i]) end
 end
 redis.call('set', KEYS[1], ARGV[#ARGV] .. ' ' .. ARGV[#ARGV - 1], 'px', last_ttl)
 return 1
@@ -171,7 +263,7 @@ return 1
 
 /**
  * A waiter gave up: leave the queue, and if a grant raced with the decision, hand it on at once.
- * ARGV: owner, channelPrefix, rawKey. Reply: 1 when it had been granted (and is now handed on).
+ * ARGV: owner, rawKey. Reply: 1 when it had been granted (and is now handed on).
  */
 export const cancelScript = new RedisScript<0 | 1>(
   'cancel',
@@ -181,7 +273,7 @@ local value = redis.call('get', KEYS[1])
 if value then
   local _, owner = split(value)
   if owner == ARGV[1] then
-    hand_off(ARGV[2], ARGV[3])
+    hand_off(ARGV[2])
     return 1
   end
 end
@@ -193,7 +285,7 @@ return 0
  * The safety net, run now and then per waiting key per process (never per handoff): keeps this
  * process's waiters alive, hands an expired lease to the queue, finds grants whose message was
  * lost, and puts back waiters whose entries vanished (a server restart without persistence).
- * ARGV: clientId, staleAfterMs, channelPrefix, rawKey, then owner, ttlMs pairs in local FIFO order.
+ * ARGV: clientId, staleAfterMs, rawKey, then owner, ttlMs pairs in local FIFO order.
  * Reply: {ownerPttlMs, {owner, fence, ...} of the local waiters that own the lock,
  * {owner, ...} of the local waiters put back in the queue (with new fences)}.
  */
@@ -201,19 +293,19 @@ export const checkScript = new RedisScript<[number, string[], string[]]>(
   'check',
   `${COMMON}
 mark_alive(ARGV[1], tonumber(ARGV[2]))
-hand_off_if_expired(ARGV[3], ARGV[4])
+hand_off_if_expired(ARGV[3])
 local holder, holder_fence
 local value = redis.call('get', KEYS[1])
 if value then holder_fence, holder = split(value) end
 local granted, requeued = {}, {}
-for i = 5, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   local owner, ttl = ARGV[i], ARGV[i + 1]
   if owner == holder then
     granted[#granted + 1] = owner
     granted[#granted + 1] = holder_fence
   elseif redis.call('hexists', KEYS[4], owner) == 0 then
     if holder then
-      enqueue(owner, ttl, ARGV[1])
+      enqueue(owner, ttl, ARGV[1], next_fence())
       requeued[#requeued + 1] = owner
     else
       holder, holder_fence = owner, grant(owner, ttl)

@@ -4,13 +4,21 @@ import { setMaxListeners } from 'node:events';
 import { DistributedLockError } from '../../errors';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
 import { LocalSuccessors } from './local-successors';
+import { RedisWaiter, type WaiterEvents } from './redis-waiter';
 import { openConnections, type RedisConnections } from './redis-connection';
 import { lockKeys, type LockKeys } from './redis-keys';
-import { acquireScript, cancelScript, checkScript, releaseScript, renewScript, transferScript } from './redis-lock-scripts';
+import {
+  acquireBatchScript,
+  acquireScript,
+  cancelScript,
+  checkScript,
+  GRANT_CHANNEL_PREFIX,
+  releaseScript,
+  renewScript,
+  transferScript,
+} from './redis-lock-scripts';
 import { validateRedisOptions, type RedisBackendOptions } from './redis-options';
 
-/** Grants are published on `<prefix><clientId>`; an ACL user needs `&nest-distributed-lock:*`. */
-export const GRANT_CHANNEL_PREFIX = 'nest-distributed-lock:';
 /** How long after a lease ends a waiter's safety check runs: timer lateness, not a poll. */
 const EXPIRY_CHECK_MARGIN_MS = 25;
 
@@ -26,6 +34,8 @@ const KEY_CACHE_SIZE = 10_000;
  * hand-over (one round trip later), so a lease about to end is better handed on by Redis.
  */
 const MIN_HANDOVER_VALIDITY_MS = 50;
+/** Callers per batched acquire script and per transfer script: Lua's unpack() has a stack limit. */
+const MAX_PER_SCRIPT = 500;
 
 const logger = new Logger('DistributedLock');
 
@@ -48,19 +58,18 @@ interface HandOverRun {
   finish(): void;
 }
 
-interface Waiter {
-  readonly key: string;
-  readonly owner: string;
-  readonly ttlMs: number;
-  /** The fence it will hold the lock with, known once the acquire script queued it. */
-  fence?: string;
-  settle(grant: LockGrant | undefined, error?: unknown): void;
-}
-
 /** This process's waiters on one key, and the timer of their shared safety check. */
 interface KeyWatch {
-  readonly waiters: Map<string, Waiter>;
+  readonly waiters: Map<string, RedisWaiter>;
+  /**
+   * The shortest ttl of the waiters that joined since the watch began; it sets how often the key
+   * is checked. Kept as waiters leave (a check a little more often than needed is harmless), so
+   * a burst of waiters costs O(1) each, not a scan of the others.
+   */
+  shortestTtlMs: number;
   timer?: NodeJS.Timeout;
+  /** performance.now() the timer fires at. */
+  checkAt: number;
 }
 
 /**
@@ -74,12 +83,27 @@ export class RedisLockBackend implements LockBackend {
   readonly maxKeyBytes = 1024;
   private readonly clientId = randomUUID();
   private readonly channel = GRANT_CHANNEL_PREFIX + this.clientId;
-  private readonly waiting = new Map<string, Waiter>();
+  private readonly waiting = new Map<string, RedisWaiter>();
   private readonly watches = new Map<string, KeyWatch>();
   private readonly held = new Map<string, LockGrant>();
   private readonly successors = new LocalSuccessors();
+  private readonly waiterEvents: WaiterEvents = {
+    settled: (waiter, granted) => {
+      if (!this.waiting.delete(waiter.owner)) return false;
+      if (granted) this.successors.granted(waiter.owner);
+      else this.successors.left(waiter.owner);
+      this.unwatch(waiter.key, waiter.owner);
+      return true;
+    },
+    abandoned: (waiter) => void this.cancelAtServer(waiter.key, waiter.owner),
+  };
   /** Per key, the hand-overs inside this process that Redis has not been told of yet. */
   private readonly runs = new Map<string, HandOverRun>();
+  /**
+   * Per key, the acquisitions of this tick after the first (which went out at once): sent
+   * together at the end of the tick, in one script (see sendBatch).
+   */
+  private readonly batches = new Map<string, RedisWaiter[]>();
   /** Key names per lock key, built once: apps lock a bounded set of names, and a cycle needs them twice. */
   private readonly keyCache = new Map<string, LockKeys>();
   /**
@@ -106,48 +130,62 @@ export class RedisLockBackend implements LockBackend {
   acquire(request: AcquireRequest): Promise<LockGrant> {
     if (this.closed) return Promise.reject(new DistributedLockError('The redis lock backend is closed.'));
     const { key, owner } = request;
-    const ttl = Math.ceil(request.ttlMs);
     return new Promise<LockGrant>((resolve, reject) => {
-      // Looked at only once queued: a lock granted at once never needs it (see AcquireRequest.signal).
-      let signal: AbortSignal | undefined;
-      const onAbort = () => {
-        waiter.settle(undefined, signal!.reason);
-        this.cancelAtServer(key, owner);
-      };
-      const waiter: Waiter = {
-        key,
-        owner,
-        ttlMs: ttl,
-        settle: (grant, error) => {
-          if (!this.waiting.delete(owner)) return;
-          if (grant) this.successors.granted(owner);
-          else this.successors.left(owner);
-          this.unwatch(key, owner);
-          signal?.removeEventListener('abort', onAbort);
-          if (grant) resolve(grant);
-          else reject(error);
-        },
-      };
-      // Registered before the script runs: the grant message can overtake the script's reply.
+      const waiter = new RedisWaiter(key, owner, Math.ceil(request.ttlMs), request, this.waiterEvents, resolve, reject);
+      // Registered before this tick ends, so before any grant message (which can overtake the
+      // script's reply) can be read.
       this.waiting.set(owner, waiter);
+      const batch = this.batches.get(key);
+      if (batch && batch.length < MAX_PER_SCRIPT) return void batch.push(waiter);
+      if (batch) this.sendBatch(key);
+      // The first acquisition of a key in a tick goes out at once; later ones wait for the batch.
+      this.batches.set(key, []);
+      process.nextTick(() => this.sendBatch(key));
       const sentAt = performance.now();
-      this.runAcquire(key, owner, ttl, true).then(
-        (reply) => {
-          if (reply[0] === 1) return this.deliver(key, owner, reply[1], sentAt);
-          if (this.waiting.get(owner) !== waiter) return; // granted (the message came first) or gave up
-          const [, , fence, ahead] = reply as [0, number, string, string];
-          waiter.fence = fence;
-          signal = request.signal;
-          if (signal.aborted) return onAbort();
-          signal.addEventListener('abort', onAbort, { once: true });
-          if (this.waiting.has(ahead) || this.held.has(ahead)) this.successors.link(ahead, owner);
-          this.watch(waiter);
-          this.scheduleCheck(key, reply[1]);
-        },
+      this.runAcquire(key, owner, waiter.ttlMs, true).then(
+        (reply) => this.onQueued(waiter, reply, sentAt),
         (error) => waiter.settle(undefined, error),
       );
     });
   }
+
+  /** The acquisitions of one key that followed the first in a tick, in one round trip. */
+  private sendBatch(key: string): void {
+    const batch = this.batches.get(key);
+    if (!batch) return; // sent early, when it was full
+    this.batches.delete(key);
+    const waiters = batch.filter((waiter) => this.waiting.get(waiter.owner) === waiter);
+    if (waiters.length === 0) return;
+    const sentAt = performance.now();
+    if (waiters.length === 1) {
+      const [waiter] = waiters;
+      this.runAcquire(key, waiter.owner, waiter.ttlMs, true).then(
+        (reply) => this.onQueued(waiter, reply, sentAt),
+        (error) => waiter.settle(undefined, error),
+      );
+      return;
+    }
+    const args: (string | number)[] = [this.clientId, this.staleAfter(key, this.shortestTtl(waiters)), key];
+    for (const waiter of waiters) args.push(waiter.owner, waiter.ttlMs);
+    acquireBatchScript.run(this.connections.client, this.keysOf(key).all, args).then(
+      (replies) => waiters.forEach((waiter, i) => this.onQueued(waiter, replies[i], sentAt)),
+      (error) => waiters.forEach((waiter) => waiter.settle(undefined, error)),
+    );
+  }
+
+  /** The acquire script's answer for `waiter`: granted, or queued behind someone. */
+  private onQueued(waiter: RedisWaiter, reply: [1, string] | [0, number] | [0, number, string, string], sentAt: number): void {
+    const { key, owner } = waiter;
+    if (reply[0] === 1) return this.deliver(key, owner, reply[1], sentAt);
+    if (this.waiting.get(owner) !== waiter) return; // granted (the message came first) or gave up
+    const [, ownerPttlMs, fence, ahead] = reply as [0, number, string, string];
+    waiter.fence = fence;
+    if (!waiter.listenForAbort()) return;
+    if (this.waiting.has(ahead) || this.held.has(ahead)) this.successors.link(ahead, owner);
+    this.watch(waiter);
+    this.scheduleCheck(key, ownerPttlMs);
+  }
+
 
 
   async tryAcquire({ key, owner, ttlMs }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
@@ -168,13 +206,13 @@ export class RedisLockBackend implements LockBackend {
    * When the waiter right behind this holder in the queue is ours, it holds the lock from now
    * (see handOver); otherwise the release script hands the lock on through Redis.
    */
-  async release(grant: LockGrant, validForMs?: number): Promise<void> {
+  release(grant: LockGrant, validForMs?: number): Promise<void> {
     this.held.delete(grant.owner);
     const successor = this.successors.takeSuccessor(grant.owner);
     const next = successor === undefined ? undefined : this.waiting.get(successor);
     const handOver = next?.fence !== undefined && validForMs !== undefined && validForMs >= MIN_HANDOVER_VALIDITY_MS && !this.closed;
     const run = this.runs.get(grant.key);
-    if (run && !run.released && run.to[run.to.length - 1].owner === grant.owner) {
+    if (run && !run.released && run.to[run.to.length - 1].owner === grant.owner && run.to.length < MAX_PER_SCRIPT) {
       // The lock came to this holder in a run Redis has not heard of yet: carry the run on, or end it.
       if (handOver) this.handOver(run, next!, validForMs!);
       else run.released = true;
@@ -186,7 +224,7 @@ export class RedisLockBackend implements LockBackend {
       this.handOver(started, next!, validForMs!);
       return started.done;
     }
-    await this.releaseAtServer(grant);
+    return this.releaseAtServer(grant);
   }
 
   async close(): Promise<void> {
@@ -214,7 +252,7 @@ export class RedisLockBackend implements LockBackend {
    * until Redis has recorded the run (LockGrant.provisional). No message, no round trip: a queue
    * of this process's callers moves at the speed of the process, in FIFO order.
    */
-  private handOver(run: HandOverRun, to: Waiter, validForMs: number): void {
+  private handOver(run: HandOverRun, to: RedisWaiter, validForMs: number): void {
     run.to.push({ owner: to.owner, fence: to.fence! });
     const grant: LockGrant = {
       key: run.from.key,
@@ -278,12 +316,14 @@ export class RedisLockBackend implements LockBackend {
     });
   }
 
-  private releaseAtServer(grant: LockGrant): Promise<unknown> {
-    return releaseScript.run(this.connections.client, this.keysOf(grant.key).all, [ownerValue(grant), GRANT_CHANNEL_PREFIX, grant.key]);
+  /** One round trip; the reply (0: not ours) changes nothing for the caller. */
+  private releaseAtServer(grant: LockGrant): Promise<void> {
+    const released: Promise<unknown> = releaseScript.run(this.connections.client, this.keysOf(grant.key).all, [ownerValue(grant), grant.key]);
+    return released as Promise<void>;
   }
 
   private runAcquire(key: string, owner: string, ttlMs: number, mayQueue: boolean) {
-    const args = [owner, ttlMs, this.clientId, this.staleAfter(key, ttlMs), GRANT_CHANNEL_PREFIX, key, mayQueue ? '1' : '0'];
+    const args = [owner, ttlMs, this.clientId, this.staleAfter(key, ttlMs), key, mayQueue ? '1' : '0'];
     return acquireScript.run(this.connections.client, this.keysOf(key).all, args);
   }
 
@@ -308,20 +348,21 @@ export class RedisLockBackend implements LockBackend {
     if (waiter) return waiter.settle(this.grantOf(key, owner, fence, requestedAt));
     if (this.held.has(owner)) return; // the same grant seen twice (message and safety check)
     releaseScript
-      .run(this.connections.client, this.keysOf(key).all, [`${fence} ${owner}`, GRANT_CHANNEL_PREFIX, key])
+      .run(this.connections.client, this.keysOf(key).all, [`${fence} ${owner}`, key])
       .catch((error) => logger.warn(`Handing on an unwanted grant of "${key}" failed; it expires with its lease: ${error.message}`));
   }
 
   private cancelAtServer(key: string, owner: string): Promise<unknown> {
     return cancelScript
-      .run(this.connections.client, this.keysOf(key).all, [owner, GRANT_CHANNEL_PREFIX, key])
+      .run(this.connections.client, this.keysOf(key).all, [owner, key])
       .catch((error) => logger.warn(`Leaving the queue of "${key}" failed; the entry goes stale on its own: ${error.message}`));
   }
 
-  private watch(waiter: Waiter): void {
+  private watch(waiter: RedisWaiter): void {
     let watch = this.watches.get(waiter.key);
-    if (!watch) this.watches.set(waiter.key, (watch = { waiters: new Map() }));
+    if (!watch) this.watches.set(waiter.key, (watch = { waiters: new Map(), shortestTtlMs: Infinity, checkAt: Infinity }));
     watch.waiters.set(waiter.owner, waiter);
+    watch.shortestTtlMs = Math.min(watch.shortestTtlMs, waiter.ttlMs);
   }
 
   private unwatch(key: string, owner: string): void {
@@ -340,17 +381,24 @@ export class RedisLockBackend implements LockBackend {
   private scheduleCheck(key: string, ownerPttlMs: number, delayMs?: number): void {
     const watch = this.watches.get(key);
     if (!watch || this.closed) return;
-    const interval = checkIntervalMs(this.shortestTtl(watch));
+    const interval = checkIntervalMs(watch.shortestTtlMs);
     const delay = delayMs ?? (ownerPttlMs >= 0 ? Math.min(interval, ownerPttlMs + EXPIRY_CHECK_MARGIN_MS) : interval);
+    const at = performance.now() + delay;
+    // A check already due sooner serves this one too: a burst of waiters sets one timer, not one each.
+    if (watch.timer && watch.checkAt <= at) return;
     clearTimeout(watch.timer);
-    watch.timer = setTimeout(() => void this.check(key, watch), delay);
+    watch.checkAt = at;
+    watch.timer = setTimeout(() => {
+      watch.timer = undefined;
+      void this.check(key, watch);
+    }, delay);
     watch.timer.unref();
   }
 
   private async check(key: string, watch: KeyWatch): Promise<void> {
     const waiters = [...watch.waiters.values()];
     if (waiters.length === 0) return;
-    const args: (string | number)[] = [this.clientId, this.staleAfter(key, this.shortestTtl(watch)), GRANT_CHANNEL_PREFIX, key];
+    const args: (string | number)[] = [this.clientId, this.staleAfter(key, watch.shortestTtlMs), key];
     for (const waiter of waiters) args.push(waiter.owner, waiter.ttlMs);
     try {
       const [ownerPttlMs, granted, requeued] = await checkScript.run(this.connections.client, this.keysOf(key).all, args);
@@ -368,15 +416,15 @@ export class RedisLockBackend implements LockBackend {
     }
   }
 
-  private shortestTtl(watch: KeyWatch): number {
+  private shortestTtl(waiters: Iterable<RedisWaiter>): number {
     let shortest = Infinity;
-    for (const waiter of watch.waiters.values()) shortest = Math.min(shortest, waiter.ttlMs);
+    for (const waiter of waiters) shortest = Math.min(shortest, waiter.ttlMs);
     return shortest;
   }
 
   private staleAfter(key: string, ttlMs: number): number {
     const watch = this.watches.get(key);
-    return staleAfterMs(checkIntervalMs(watch ? Math.min(ttlMs, this.shortestTtl(watch)) : ttlMs));
+    return staleAfterMs(checkIntervalMs(watch ? Math.min(ttlMs, watch.shortestTtlMs) : ttlMs));
   }
 
   private keysOf(key: string): LockKeys {

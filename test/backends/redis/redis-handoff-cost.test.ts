@@ -37,7 +37,7 @@ describe('redis backend: commands per handoff', () => {
     waiters: number,
     holderService: LockService,
     waiterService: (i: number) => LockService,
-  ): Promise<{ perHandoff: number; byCommand: Record<string, number> }> {
+  ): Promise<{ perHandoff: number; byCommand: Record<string, number>; calls: Record<string, number> }> {
     const name = `handoff-${label}-${waiters}`;
     const queueKey = `{lock:${name}}:queue`;
     const holder = await holderService.acquire(name);
@@ -57,12 +57,16 @@ describe('redis backend: commands per handoff', () => {
     const afterCount = await commandsExecuted((section) => inspector.info(section));
     assert.equal(served, waiters);
     const byCommand: Record<string, number> = {};
-    for (const [command, calls] of Object.entries(afterCount.byCommand)) {
-      const delta = calls - (before.byCommand[command] ?? 0);
-      if (delta) byCommand[command] = Math.round((delta / waiters) * 100) / 100;
+    const calls: Record<string, number> = {};
+    for (const [command, total] of Object.entries(afterCount.byCommand)) {
+      const delta = total - (before.byCommand[command] ?? 0);
+      if (delta) {
+        calls[command] = delta;
+        byCommand[command] = Math.round((delta / waiters) * 100) / 100;
+      }
     }
     // The LLEN polls above ran before the first count; none after it.
-    return { perHandoff: (afterCount.total - before.total) / waiters, byCommand };
+    return { perHandoff: (afterCount.total - before.total) / waiters, byCommand, calls };
   }
 
   it('stays constant from 100 to 1000 waiters on one key, with one grant message per handoff across processes', async (t) => {
@@ -86,6 +90,7 @@ describe('redis backend: commands per handoff', () => {
     assert.ok(large.perHandoff <= small.perHandoff * 1.05 + 0.5, `per handoff grew from ${small.perHandoff} to ${large.perHandoff}`);
     assert.ok(large.perHandoff <= 7, `a local handoff costs ${large.perHandoff} commands`);
     assert.equal(large.byCommand.publish, undefined, 'a handoff inside one process went through a grant message');
-    assert.equal(large.byCommand.lrem, 1, 'not one transfer per handoff');
+    // The hand-overs of one tick reach Redis as one transfer script (at most 500 holders each).
+    assert.ok((large.calls.eval ?? 0) <= 3, `${large.calls.eval} transfer scripts for 1000 hand-overs in one tick`);
   });
 });

@@ -135,9 +135,11 @@ describe('redis backend: hand-over inside a process', () => {
     const [a, b] = [await service(), await service()];
     const holder = await a.acquire(name);
     let inside: LockHandle | undefined;
+    let lostAt = 0;
     const { done: local } = await queue(name, () =>
       a.withLock(name, async (lock) => {
         inside = lock;
+        lock.signal.addEventListener('abort', () => (lostAt = Date.now()), { once: true });
         await abortedWithin(lock.signal, 5_000);
       }),
     );
@@ -152,7 +154,6 @@ describe('redis backend: hand-over inside a process', () => {
     await holder.release();
     assert.ok(inside, 'the waiter of the same process did not get the lock at once');
     await abortedWithin(inside.signal, 1_000);
-    const lostAt = Date.now();
     assert.equal((inside.signal.reason as LockLostError).reason, 'backend-reported');
     await assert.rejects(local, LockLostError);
     const remoteToken = await remote;
