@@ -59,6 +59,18 @@ describe('redis backend on Redis Cluster', () => {
     }
   });
 
+  it('queues a burst in one script and hands over inside a process on a Cluster client', async () => {
+    for (const name of AWKWARD_NAMES) {
+      const holder = await services[0].acquire(name);
+      const served: number[] = [];
+      const burst = Array.from({ length: 4 }, (_, i) => services[0].withLock(name, () => void served.push(i), { waitTimeoutMs: 5_000 }));
+      await sleep(50);
+      await holder.release();
+      await Promise.all(burst);
+      assert.deepEqual(served, [0, 1, 2, 3], name);
+    }
+  });
+
   it('keeps names apart that differ only by braces or by their encoding', async () => {
     const held = await Promise.all(AWKWARD_NAMES.map((name) => services[0].tryAcquire(name)));
     assert.ok(held.every(Boolean), 'two different names shared one lock');

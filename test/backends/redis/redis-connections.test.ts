@@ -5,9 +5,11 @@ import { after, before, describe, it } from 'node:test';
 import { LockBackendError, type LockBackend } from '../../../lib';
 import { createRedisBackend, type RedisLockBackend } from '../../../lib/backends/redis/redis.backend';
 import { freePort } from '../../support/free-port';
+import { lockServiceOver } from '../../support/lock-service-factory';
 import { startRedisServer, type RedisServer } from '../../support/redis-server';
 import { ServerProcess } from '../../support/server-process';
 import { inTempDir } from '../../support/temp-dir-server';
+import { sleep } from '../../support/timing';
 
 const never = new AbortController().signal;
 const request = (key: string, owner: string) => ({ key, owner, ttlMs: 10_000, signal: never });
@@ -40,7 +42,7 @@ describe('redis backend connection setups', () => {
 
   describe('an ACL user with only the permissions docs/redis.md lists', () => {
     let redis: RedisServer;
-    const commands = '+evalsha +eval +subscribe +get +set +del +exists +incr +pttl +pexpire +lpop +lindex +lrem +rpush +llen +hget +hset +hdel +hexists +time +publish';
+    const commands = '+evalsha +eval +subscribe +get +set +del +exists +incr +incrby +pttl +pexpire +lpop +lindex +lrange +ltrim +lrem +rpush +llen +hget +hmget +hset +hdel +hexists +time +publish';
     before(async () => {
       redis = await startRedisServer([
         '--user', 'default', 'off',
@@ -53,6 +55,18 @@ describe('redis backend connection setups', () => {
     it('acquires, hands off through its grant channel and releases', async () => {
       const url = `redis://locks:s3cret@127.0.0.1:${redis.port}`;
       await handOffBetween(await open({ type: 'redis', url }), await open({ type: 'redis', url }), 'lock:acl');
+    });
+
+    it('queues a burst in one script and hands the lock over inside a process, with the same permissions', async () => {
+      const service = lockServiceOver(await open({ type: 'redis', url: `redis://locks:s3cret@127.0.0.1:${redis.port}` }));
+      const holder = await service.acquire('acl-burst');
+      const served: number[] = [];
+      // One tick: the first goes out alone, the other four in one batch script.
+      const burst = Array.from({ length: 5 }, (_, i) => service.withLock('acl-burst', () => void served.push(i), { waitTimeoutMs: 5_000 }));
+      await sleep(100);
+      await holder.release(); // the five follow in this process: one transfer script
+      await Promise.all(burst);
+      assert.deepEqual(served, [0, 1, 2, 3, 4]);
     });
 
     it('fails to start with LockBackendError when the password is wrong', async () => {
