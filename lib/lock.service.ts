@@ -1,5 +1,5 @@
 import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
-import { randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { LOCK_BACKEND } from './backends/lock-backend.token';
 import type { AcquireRequest, LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { deadlines, type Deadline } from './deadlines';
@@ -25,7 +25,8 @@ import { RESOLVED_LOCK_OPTIONS } from './lock-options.token';
 export class LockService implements OnModuleInit, OnApplicationShutdown {
   /** Services of the applications still running, oldest first; @WithLock uses the newest. */
   private static readonly running: LockService[] = [];
-  private readonly ownerPrefix = `${randomUUID()}:`;
+  /** 96 random bits: unique across processes, and short, since every lock request carries it. */
+  private readonly ownerPrefix = `${randomBytes(12).toString('base64url')}:`;
   private ownerSeq = 0;
   private readonly leases = new Set<LockLease>();
   private readonly forget = (lease: LockLease) => void this.leases.delete(lease);

@@ -8,7 +8,7 @@ import { DEFAULT_ETCD_HOSTS, sessionTtlSeconds, validateEtcdOptions, type EtcdBa
 import { createRevision, deleteOwnTxn, lowestAfterDelete, ownKeyTxn, tryTakeTxn } from './etcd-requests';
 import { EtcdSession } from './etcd-session';
 import { LocalFollowers } from './local-followers';
-import { untilAborted } from './until-aborted';
+import { untilAborted } from '../until-aborted';
 
 /**
  * Every call to etcd gets a deadline: without one, a request to a member that died or lost the

@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import { randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { DistributedLockError } from '../../errors';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
@@ -81,7 +81,8 @@ export class RedisLockBackend implements LockBackend {
   readonly name = 'redis';
   /** Names are percent-encoded into the hash tag (up to 3x); Redis takes far longer keys. */
   readonly maxKeyBytes = 1024;
-  private readonly clientId = randomUUID();
+  /** 96 random bits, short: it names the grant channel and goes with every queued waiter. */
+  private readonly clientId = randomBytes(12).toString('base64url');
   private readonly channel = GRANT_CHANNEL_PREFIX + this.clientId;
   private readonly waiting = new Map<string, RedisWaiter>();
   private readonly watches = new Map<string, KeyWatch>();

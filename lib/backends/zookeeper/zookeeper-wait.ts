@@ -1,3 +1,4 @@
+import { untilAborted } from '../until-aborted';
 import { ZkCode, zkCode } from './zookeeper-client';
 import { ZooKeeperSessionLostError } from './zookeeper-session';
 
@@ -32,19 +33,9 @@ export async function repeatOnConnectionLoss<T>(call: () => Promise<T>): Promise
   }
 }
 
-/** Rejects with the signal's reason as soon as it aborts, whatever `promise` is doing. */
-export function unlessAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
-  });
-}
-
 /** Waits `ms`, or less if `signal` aborts (then rejects with its reason). */
 export function pause(ms: number, signal: AbortSignal): Promise<void> {
-  return unlessAborted(
+  return untilAborted(
     new Promise<void>((resolve) => setTimeout(resolve, ms)),
     signal,
   );

@@ -7,7 +7,8 @@ import { OwnNodeWatch } from './zookeeper-own-node';
 import { LockParents, PARENT_IDLE_MS } from './zookeeper-parents';
 import { lockNodeName, protectedPrefix, sortedLockNodes } from './zookeeper-paths';
 import { ZooKeeperSession } from './zookeeper-session';
-import { AttemptAgain, isRetryable, pause, repeatOnConnectionLoss, unlessAborted } from './zookeeper-wait';
+import { untilAborted } from '../until-aborted';
+import { AttemptAgain, isRetryable, pause, repeatOnConnectionLoss } from './zookeeper-wait';
 
 interface Holding {
   readonly grant: LockGrant;
@@ -337,7 +338,7 @@ export class ZooKeeperLockBackend implements LockBackend {
     this.assertOpen();
     if (!this.session?.alive) this.session = new ZooKeeperSession(this.zk, this.options);
     const session = this.session;
-    await (stop ? unlessAborted(session.connected, stop) : session.connected);
+    await (stop ? untilAborted(session.connected, stop) : session.connected);
     return session;
   }
 

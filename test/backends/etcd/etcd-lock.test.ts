@@ -1,44 +1,28 @@
 import assert from 'node:assert/strict';
-import { after, afterEach, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { Etcd3 } from 'etcd3';
-import { DEFAULT_KEY_PREFIX, DistributedLockError, LockBackendError, type LockBackend, type LockGrant } from '../../../lib';
+import { DEFAULT_KEY_PREFIX, DistributedLockError, LockBackendError, type LockGrant } from '../../../lib';
 import { createEtcdBackend } from '../../../lib/backends/etcd/etcd.backend';
 import { lockKeys } from '../../../lib/backends/etcd/etcd-keys';
 import { deleteOwnTxn } from '../../../lib/backends/etcd/etcd-requests';
-import { EtcdCluster } from '../../support/etcd-server';
 import { HolderProcess } from '../../support/holder-process';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { abortedWithin, sleep } from '../../support/timing';
-import { request, timerLateness, txnKind, within } from './etcd-test-kit';
+import { etcdFixture, request, timerLateness, txnKind, within } from './etcd-test-kit';
 
 describe('etcd backend', () => {
-  let cluster: EtcdCluster;
-  let admin: Etcd3;
-  const backends: LockBackend[] = [];
+  const etcd = etcdFixture();
   let seq = 0;
   const newKey = () => `etcd-test-${process.pid}-${++seq}`;
   const backend = (options: { sessionTtlMs?: number; client?: Etcd3 } = {}) => {
-    const created = createEtcdBackend({ type: 'etcd', ...(options.client ? { client: options.client } : { hosts: cluster.hosts }), sessionTtlMs: options.sessionTtlMs });
-    backends.push(created);
+    const created = createEtcdBackend({ type: 'etcd', ...(options.client ? { client: options.client } : { hosts: etcd.cluster.hosts }), sessionTtlMs: options.sessionTtlMs });
+    etcd.backends.push(created);
     return created;
   };
-  /** The session lease of a held lock, read from etcd. */
-  const leaseOf = async (key: string) => (await admin.getAll().prefix(`${key}/`).exec()).kvs[0].lease;
 
-  before(async () => {
-    cluster = await EtcdCluster.start(1);
-    admin = new Etcd3({ hosts: cluster.hosts });
-  });
-  afterEach(async () => {
-    await Promise.all(backends.splice(0).map((b) => b.close()));
-  });
-  after(async () => {
-    admin.close();
-    await cluster.stop();
-  });
 
   it('takes a free lock in one transaction and releases it in one, two writes in all', async () => {
-    const client = new Etcd3({ hosts: cluster.hosts });
+    const client = new Etcd3({ hosts: etcd.cluster.hosts });
     try {
       const txns: string[] = [];
       const txn = client.kv.txn.bind(client.kv);
@@ -49,12 +33,12 @@ describe('etcd backend', () => {
       const locks = backend({ client });
       await locks.release((await locks.acquire(request(newKey(), 'warm-up')))!);
       txns.length = 0;
-      const revisionBefore = BigInt((await admin.kv.range({ key: Buffer.from('x') })).header.revision);
+      const revisionBefore = BigInt((await etcd.admin.kv.range({ key: Buffer.from('x') })).header.revision);
       const grant = await locks.acquire(request(newKey(), 'o1'));
       assert.deepEqual(txns, ['put'], 'an uncontended acquire took more than one transaction');
       await locks.release(grant);
       assert.deepEqual(txns, ['put', 'delete']);
-      const revisionAfter = BigInt((await admin.kv.range({ key: Buffer.from('x') })).header.revision);
+      const revisionAfter = BigInt((await etcd.admin.kv.range({ key: Buffer.from('x') })).header.revision);
       assert.equal(revisionAfter - revisionBefore, 2n);
       assert.equal(grant.fencingToken, revisionBefore + 1n, 'the fencing token is not the key create revision');
       await locks.close();
@@ -65,13 +49,13 @@ describe('etcd backend', () => {
 
   it('a retried release (an older create revision of the same key) never deletes the newer lock', async () => {
     const keys = lockKeys(newKey(), '1', 'owner');
-    await admin.put(keys.own).value('');
-    const older = BigInt((await admin.get(keys.own).exec()).kvs[0].create_revision);
-    await admin.kv.txn(deleteOwnTxn(keys, older));
-    await admin.put(keys.own).value('');
+    await etcd.admin.put(keys.own).value('');
+    const older = BigInt((await etcd.admin.get(keys.own).exec()).kvs[0].create_revision);
+    await etcd.admin.kv.txn(deleteOwnTxn(keys, older));
+    await etcd.admin.put(keys.own).value('');
     // The first delete's answer was lost; the retry arrives after the key was created again.
-    await admin.kv.txn(deleteOwnTxn(keys, older));
-    assert.equal((await admin.get(keys.own).exec()).kvs.length, 1, 'the retried release deleted the newer key');
+    await etcd.admin.kv.txn(deleteOwnTxn(keys, older));
+    assert.equal((await etcd.admin.get(keys.own).exec()).kvs.length, 1, 'the retried release deleted the newer key');
 
     // Through the backend: a stale grant of a reused owner id releases nothing.
     const key = newKey();
@@ -96,7 +80,7 @@ describe('etcd backend', () => {
     let otherGranted = false;
     const other = elsewhere.acquire(request(key, 'other-process')).then((grant) => ((otherGranted = true), grant));
     await sleep(100);
-    cluster.pause(0);
+    etcd.cluster.pause(0);
     try {
       // etcd answers nothing now: the delete of the holder's key is stuck, yet the local waiter
       // holds, under the holder's lease (known valid for 20 s more) until etcd has the delete.
@@ -112,7 +96,7 @@ describe('etcd backend', () => {
       await sleep(300);
       assert.equal(recordedAt, 'pending', 'the hand-over was confirmed while etcd answered nothing');
       assert.equal(otherGranted, false);
-      cluster.resume(0);
+      etcd.cluster.resume(0);
       await release;
       await sleep(300);
       assert.equal(typeof recordedAt, 'number', `the hand-over was not confirmed once etcd had the delete: ${String(recordedAt)}`);
@@ -123,7 +107,7 @@ describe('etcd backend', () => {
       assert.ok(otherGrant.fencingToken > nextGrant.fencingToken);
       await elsewhere.release(otherGrant);
     } finally {
-      cluster.resume(0);
+      etcd.cluster.resume(0);
     }
   });
 
@@ -134,8 +118,8 @@ describe('etcd backend', () => {
     const next = here.acquire(request(key, 'next-here'));
     await sleep(100);
     // The waiter's key goes behind the process's back (as an expired session's would).
-    const kvs = (await admin.getAll().prefix(`${key}/`).sort('Create', 'Ascend').exec()).kvs;
-    await admin.delete().key(kvs[1].key);
+    const kvs = (await etcd.admin.getAll().prefix(`${key}/`).sort('Create', 'Ascend').exec()).kvs;
+    await etcd.admin.delete().key(kvs[1].key);
     await here.release(holder, 20_000);
     const handedOver = await within(next, 500, 'the hand-over');
     assert.ok(handedOver.provisional, 'not handed over inside the process');
@@ -149,20 +133,20 @@ describe('etcd backend', () => {
     let nextGranted = false;
     const next = here.acquire(request(key, 'next-here')).then((grant) => ((nextGranted = true), grant));
     await sleep(100);
-    cluster.pause(0);
+    etcd.cluster.pause(0);
     try {
       // What the service does when the holder's lease ran out (no quorum, say): release with no validity.
       const release = here.release(holder);
       await sleep(500);
       assert.equal(nextGranted, false, 'a waiter was handed the lock of a holder whose lease was lost');
-      cluster.resume(0);
+      etcd.cluster.resume(0);
       await release;
       const nextGrant = await within(next, 5_000, 'the waiter once etcd has the delete');
       assert.ok(nextGrant.fencingToken > holder.fencingToken);
       assert.equal(nextGrant.provisional, undefined, 'a grant read from etcd is marked provisional');
       await here.release(nextGrant);
     } finally {
-      cluster.resume(0);
+      etcd.cluster.resume(0);
     }
   });
 
@@ -250,9 +234,9 @@ describe('etcd backend', () => {
       (error: unknown) => error,
     );
     await sleep(50);
-    const lease = await leaseOf(k1);
+    const lease = await etcd.leaseOf(k1);
     const lateness = timerLateness();
-    await admin.leaseClient.leaseRevoke({ ID: lease });
+    await etcd.admin.leaseClient.leaseRevoke({ ID: lease });
     const revoked = Date.now();
     await abortedWithin(held[0].lost, 5_000);
     const noticedMs = Date.now() - revoked;
@@ -267,7 +251,7 @@ describe('etcd backend', () => {
     assert.equal(await locks.renew(held[0]), false);
     const again = await locks.tryAcquire(request(k1, 'a2'));
     assert.ok(again, 'no new session after the loss');
-    assert.notEqual(await leaseOf(k1), lease);
+    assert.notEqual(await etcd.leaseOf(k1), lease);
     console.log(`session revoke noticed after ${noticedMs} ms`);
   });
 
@@ -276,7 +260,7 @@ describe('etcd backend', () => {
     const grant = (await locks.tryAcquire(request(newKey(), 'p')))!;
     await sleep(800);
     const lateness = timerLateness();
-    cluster.pause(0);
+    etcd.cluster.pause(0);
     const paused = Date.now();
     try {
       // The last keepalive answered was sent before the pause: the session's deadline is at most
@@ -287,15 +271,15 @@ describe('etcd backend', () => {
       assert.ok(firedMs <= 2_000 + 100 + lateMs, `lost fired ${firedMs} ms after etcd stopped, past the 2 s session (timers up to ${lateMs} ms late)`);
       console.log(`session deadline fired ${firedMs} ms after etcd stopped answering (timers up to ${lateMs} ms late)`);
     } finally {
-      cluster.resume(0);
+      etcd.cluster.resume(0);
     }
-    await cluster.waitHealthy(10_000);
+    await etcd.cluster.waitHealthy(10_000);
   });
 
   it('hands a SIGKILLed holder\'s lock to a waiter within the session ttl plus 1.5 s', async () => {
     const sessionTtlMs = 2_000;
     const key = newKey();
-    const holder = await HolderProcess.start('etcd', { hosts: cluster.hosts.join(','), sessionTtlMs: String(sessionTtlMs) }, 30_000);
+    const holder = await HolderProcess.start('etcd', { hosts: etcd.cluster.hosts.join(','), sessionTtlMs: String(sessionTtlMs) }, 30_000);
     try {
       const token = await holder.acquire(key);
       // The holder's LockService adds the module's default key prefix.

@@ -1,40 +1,22 @@
 import assert from 'node:assert/strict';
 import { createServer, type Server, type Socket } from 'node:net';
-import { after, afterEach, before, describe, it } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import { Etcd3 } from 'etcd3';
-import { LockTimeoutError, type LockBackend } from '../../../lib';
+import { LockTimeoutError } from '../../../lib';
 import { createEtcdBackend } from '../../../lib/backends/etcd/etcd.backend';
-import { EtcdCluster } from '../../support/etcd-server';
 import { freePort } from '../../support/free-port';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { request, within } from './etcd-test-kit';
+import { etcdFixture, request, within } from './etcd-test-kit';
 
 describe('etcd backend: the session lease', () => {
-  let cluster: EtcdCluster;
-  let admin: Etcd3;
-  const backends: LockBackend[] = [];
-  const clients: Etcd3[] = [];
+  const etcd = etcdFixture();
   let seq = 0;
   const newKey = () => `etcd-session-${process.pid}-${++seq}`;
-  /** The session lease of a held lock, read from etcd. */
-  const leaseOf = async (key: string) => (await admin.getAll().prefix(`${key}/`).exec()).kvs[0].lease;
 
-  before(async () => {
-    cluster = await EtcdCluster.start(1);
-    admin = new Etcd3({ hosts: cluster.hosts });
-  });
-  afterEach(async () => {
-    await Promise.all(backends.splice(0).map((b) => b.close()));
-    for (const client of clients.splice(0)) client.close();
-  });
-  after(async () => {
-    admin.close();
-    await cluster.stop();
-  });
 
   it('opens one lease per process, and exactly one more when etcd dropped it before the process noticed', async () => {
-    const client = new Etcd3({ hosts: cluster.hosts });
-    clients.push(client);
+    const client = new Etcd3({ hosts: etcd.cluster.hosts });
+    etcd.clients.push(client);
     let leases = 0;
     const lease = client.lease.bind(client);
     client.lease = (ttl, options) => {
@@ -43,7 +25,7 @@ describe('etcd backend: the session lease', () => {
     };
     // 30 s: the next keepalive is 10 s away, so nothing tells the process of the revokes below.
     const locks = createEtcdBackend({ type: 'etcd', client, sessionTtlMs: 30_000 });
-    backends.push(locks);
+    etcd.backends.push(locks);
     const [k1, k2] = [newKey(), newKey()];
 
     const first = await locks.acquire(request(k1, 'a'));
@@ -58,20 +40,20 @@ describe('etcd backend: the session lease', () => {
     // etcd drops the session (as at its ttl, while this process was paused): the next
     // acquisition finds it gone ("lease not found") and queues again on a new session.
     const probe = (await locks.tryAcquire(request(k2, 'probe')))!;
-    const firstLease = await leaseOf(k2);
+    const firstLease = await etcd.leaseOf(k2);
     await locks.release(probe, 10_000);
-    await admin.leaseClient.leaseRevoke({ ID: firstLease });
+    await etcd.admin.leaseClient.leaseRevoke({ ID: firstLease });
     const afterLoss = await within(locks.acquire(request(k1, 'after-loss')), 5_000, 'the acquisition after the session loss');
-    const secondLease = await leaseOf(k1);
+    const secondLease = await etcd.leaseOf(k1);
     assert.notEqual(secondLease, firstLease);
     assert.equal(leases, 2, 'not exactly one more session lease after the loss');
     await locks.release(afterLoss, 10_000);
 
     // The same for a try-lock.
-    await admin.leaseClient.leaseRevoke({ ID: secondLease });
+    await etcd.admin.leaseClient.leaseRevoke({ ID: secondLease });
     const triedAfterLoss = await locks.tryAcquire(request(k2, 'try-after-loss'));
     assert.ok(triedAfterLoss, 'the try-lock after the session loss failed or found the lock taken');
-    assert.notEqual(await leaseOf(k2), secondLease);
+    assert.notEqual(await etcd.leaseOf(k2), secondLease);
     assert.equal(leases, 3, 'not exactly one more session lease after the second loss');
     await locks.release(triedAfterLoss, 10_000);
   });

@@ -1,6 +1,8 @@
 import { monitorEventLoopDelay } from 'node:perf_hooks';
-import type { ITxnRequest } from 'etcd3';
-import type { AcquireRequest } from '../../../lib';
+import { after, afterEach, before } from 'node:test';
+import { Etcd3, type ITxnRequest } from 'etcd3';
+import type { AcquireRequest, LockBackend } from '../../../lib';
+import { EtcdCluster } from '../../support/etcd-server';
 
 /** Helpers shared by the etcd backend tests. */
 
@@ -41,4 +43,47 @@ export function timerLateness(): { stop(): number } {
       return Math.ceil(histogram.max / 1e6);
     },
   };
+}
+
+/** A throwaway etcd for one describe block, and what its tests opened, closed after each test. */
+export interface EtcdFixture {
+  readonly cluster: EtcdCluster;
+  /** A client of the test's own, to read and change what the backends wrote. */
+  readonly admin: Etcd3;
+  /** Backends a test made: closed after it. */
+  readonly backends: LockBackend[];
+  /** Clients a test made: closed after it. */
+  readonly clients: Etcd3[];
+  /** The session lease of the lock held on `key`, read from etcd. */
+  leaseOf(key: string): Promise<string>;
+}
+
+/** Registers the hooks of an EtcdFixture in the calling describe block. */
+export function etcdFixture(members = 1): EtcdFixture {
+  let cluster: EtcdCluster | undefined;
+  let admin: Etcd3 | undefined;
+  const fixture: EtcdFixture = {
+    get cluster() {
+      return cluster!;
+    },
+    get admin() {
+      return admin!;
+    },
+    backends: [],
+    clients: [],
+    leaseOf: async (key) => (await admin!.getAll().prefix(`${key}/`).exec()).kvs[0].lease,
+  };
+  before(async () => {
+    cluster = await EtcdCluster.start(members);
+    admin = new Etcd3({ hosts: cluster.hosts });
+  });
+  afterEach(async () => {
+    await Promise.all(fixture.backends.splice(0).map((backend) => backend.close()));
+    for (const client of fixture.clients.splice(0)) client.close();
+  });
+  after(async () => {
+    admin?.close();
+    await cluster?.stop();
+  });
+  return fixture;
 }

@@ -1,13 +1,12 @@
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
-import { after, afterEach, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { Etcd3 } from 'etcd3';
-import { LockBackendError, type LockBackend } from '../../../lib';
+import { LockBackendError } from '../../../lib';
 import { watchSafetyNetMs } from '../../../lib/backends/etcd/etcd-acquisition';
 import { createEtcdBackend } from '../../../lib/backends/etcd/etcd.backend';
-import { EtcdCluster } from '../../support/etcd-server';
 import { sleep } from '../../support/timing';
-import { request, timerLateness, txnKind, within } from './etcd-test-kit';
+import { etcdFixture, request, timerLateness, txnKind, within } from './etcd-test-kit';
 
 /** A watch builder whose watchers never emit anything: a watch stream stuck on a stalled member. */
 function silentWatch() {
@@ -21,20 +20,17 @@ function silentWatch() {
 
 /** How a waiter waits: only for its predecessor, checked on every wake-up, never stuck. */
 describe('etcd backend: waiting in the queue', () => {
-  let cluster: EtcdCluster;
-  let admin: Etcd3;
-  const backends: LockBackend[] = [];
-  const clients: Etcd3[] = [];
+  const etcd = etcdFixture();
   let seq = 0;
   const newKey = () => `etcd-wait-${process.pid}-${++seq}`;
   const newClient = () => {
-    const client = new Etcd3({ hosts: cluster.hosts });
-    clients.push(client);
+    const client = new Etcd3({ hosts: etcd.cluster.hosts });
+    etcd.clients.push(client);
     return client;
   };
   const backend = (options: { sessionTtlMs?: number; client?: Etcd3 } = {}) => {
-    const created = createEtcdBackend({ type: 'etcd', ...(options.client ? { client: options.client } : { hosts: cluster.hosts }), sessionTtlMs: options.sessionTtlMs });
-    backends.push(created);
+    const created = createEtcdBackend({ type: 'etcd', ...(options.client ? { client: options.client } : { hosts: etcd.cluster.hosts }), sessionTtlMs: options.sessionTtlMs });
+    etcd.backends.push(created);
     return created;
   };
   /** A backend on a client of its own whose reads (a woken waiter's rechecks) are counted. */
@@ -49,18 +45,6 @@ describe('etcd backend: waiting in the queue', () => {
     return counter;
   };
 
-  before(async () => {
-    cluster = await EtcdCluster.start(1);
-    admin = new Etcd3({ hosts: cluster.hosts });
-  });
-  afterEach(async () => {
-    await Promise.all(backends.splice(0).map((b) => b.close()));
-    for (const client of clients.splice(0)) client.close();
-  });
-  after(async () => {
-    admin.close();
-    await cluster.stop();
-  });
 
   it('wakes only the next waiter at each release: no herd', async () => {
     const key = newKey();
@@ -94,9 +78,9 @@ describe('etcd backend: waiting in the queue', () => {
     );
     await sleep(100);
     // What etcd does to the key of an expired session, done by hand: the waiter is not told.
-    const kvs = (await admin.getAll().prefix(`${key}/`).sort('Create', 'Ascend').exec()).kvs;
+    const kvs = (await etcd.admin.getAll().prefix(`${key}/`).sort('Create', 'Ascend').exec()).kvs;
     assert.equal(kvs.length, 2);
-    await admin.delete().key(kvs[1].key);
+    await etcd.admin.delete().key(kvs[1].key);
     // The release wakes the waiter: its recheck must find its own key gone.
     await holderSide.release(holder);
     const settled = await within(outcome, 5_000, 'the waiter whose key was deleted');
@@ -142,14 +126,14 @@ describe('etcd backend: waiting in the queue', () => {
     const failedAt = Date.now();
     await assert.rejects(locks.acquire(request(key, 'failed')), /simulated/);
     await latePut;
-    assert.equal((await admin.getAll().prefix(`${key}/`).keys()).length, 1, 'the late put did not leave a key: nothing to test');
+    assert.equal((await etcd.admin.getAll().prefix(`${key}/`).keys()).length, 1, 'the late put did not leave a key: nothing to test');
     // Queued behind the orphan key, of its own session: no watch, it waits to be told.
     const next = locks.acquire(request(key, 'next'));
     // The key is deleted by name again 9 s after the failure.
     const grant = await within(next, 15_000, 'the waiter behind the key of a failed put');
     const waitedMs = Date.now() - failedAt;
     assert.ok(waitedMs < 9_000 + 2_000, `the orphan key was removed only ${waitedMs} ms after the failure`);
-    const left = await admin.getAll().prefix(`${key}/`).keys();
+    const left = await etcd.admin.getAll().prefix(`${key}/`).keys();
     assert.deepEqual(left.filter((name) => name.endsWith('/failed')), [], 'the orphan key is still there');
     console.log(`late put: orphan key removed and the next waiter granted ${waitedMs} ms after the failure`);
     await locks.release(grant);

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import type { LockHandle } from '../../../lib';
 import { createZooKeeperBackend } from '../../../lib/backends/zookeeper/create-zookeeper-backend';
 import { lockNodeName } from '../../../lib/backends/zookeeper/zookeeper-paths';
 import { lockServiceOver } from '../../support/lock-service-factory';
@@ -22,6 +23,15 @@ describe('ZooKeeper connection loss during the create (protected mode)', () => {
     await zookeeper?.stop();
   });
 
+  /** No leaked node: the lock's own is the only one, its czxid is the token, and the release leaves none. */
+  async function assertOnlyItsNode(lock: LockHandle, parent: string): Promise<void> {
+    const children = await inspector.children(parent);
+    assert.equal(children.length, 1, `leaked nodes: ${children.join(', ')}`);
+    assert.equal(lock.fencingToken, await inspector.czxid(`${parent}/${children[0]}`), 'the token is not the node czxid');
+    await lock.release();
+    assert.deepEqual(await inspector.children(parent), []);
+  }
+
   for (const contended of [false, true]) {
     it(`finds its own node after the create's reply is lost, instead of leaking one (${contended ? 'behind a holder' : 'free lock'})`, async () => {
       const name = `lost-reply-${contended}`;
@@ -43,11 +53,7 @@ describe('ZooKeeper connection loss during the create (protected mode)', () => {
         // Without protected mode the retried create would queue behind its own lost node and time out here.
         const lock = await acquiring;
         assert.equal(proxy.cuts, cutsBefore + 1, 'the proxy did not drop the reply');
-        const children = await inspector.children(parent);
-        assert.equal(children.length, 1, `leaked nodes: ${children.join(', ')}`);
-        assert.equal(lock.fencingToken, await inspector.czxid(`${parent}/${children[0]}`), 'the token is not the node czxid');
-        await lock.release();
-        assert.deepEqual(await inspector.children(parent), []);
+        await assertOnlyItsNode(lock, parent);
       } finally {
         await Promise.all([direct.onApplicationShutdown(), viaProxy.onApplicationShutdown()]);
       }
@@ -67,11 +73,7 @@ describe('ZooKeeper connection loss during the create (protected mode)', () => {
       // queue, for the whole session: the retry would queue behind it and time out.
       const lock = await viaProxy.acquire(name, { waitTimeoutMs: 8_000 });
       assert.equal(proxy.cuts, cutsBefore + 10, 'the proxy did not cut the connection 10 times');
-      const children = await inspector.children(parent);
-      assert.equal(children.length, 1, `leaked nodes: ${children.join(', ')}`);
-      assert.equal(lock.fencingToken, await inspector.czxid(`${parent}/${children[0]}`), 'the token is not the node czxid');
-      await lock.release();
-      assert.deepEqual(await inspector.children(parent), []);
+      await assertOnlyItsNode(lock, parent);
     } finally {
       await viaProxy.onApplicationShutdown();
     }

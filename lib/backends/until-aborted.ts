@@ -1,6 +1,6 @@
 /**
  * `promise`, or a rejection with `signal`'s reason as soon as it aborts: a caller's wait timeout
- * or abort then bounds a step that has no deadline of its own (opening the session), while the
+ * or abort then bounds a step that has no deadline of its own (opening a session), while the
  * step itself goes on for the next caller.
  */
 export function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
