@@ -59,6 +59,11 @@ export class ServerProcess {
     clearTimeout(escalate);
   }
 
+  /** The last 4000 characters the server printed: for a test's failure message. */
+  get recentOutput(): string {
+    return this.output;
+  }
+
   /** Starts the same server again, on the same port and data (after stop()). */
   async restart(): Promise<void> {
     await this.stop();

@@ -111,7 +111,11 @@ describe('ZooKeeper faults', () => {
     const restartStartedAt = Date.now();
     const restarted = zookeeper.server.restart();
     const listeningAt = await firstAccepted(zookeeper.port, 60_000);
-    const next = await waiting;
+    // Bounded, and saying what the server holds, rather than hanging the file if it never comes.
+    const next = await boundedWait(waiting, 30_000, async () => {
+      const nodes = await inspector.lockNodes(ROOT).catch((error: unknown) => `(not read: ${String(error)})`);
+      return `the waiter had no lock 30 s after the restart; lock nodes: ${JSON.stringify(nodes)}; server output:\n${zookeeper.server.recentOutput}`;
+    });
     const lockAt = Date.now();
     await restarted;
     const waitedMs = lockAt - listeningAt;
@@ -234,4 +238,13 @@ async function firstAccepted(port: number, timeoutMs: number): Promise<number> {
     assert.ok(Date.now() < deadline, `port ${port} did not accept within ${timeoutMs} ms`);
     await sleep(10);
   }
+}
+
+/** `promise`, or, after `ms`, a failure whose message `explain` builds (what the test can see then). */
+function boundedWait<T>(promise: Promise<T>, ms: number, explain: () => Promise<string>): Promise<T> {
+  let timer: NodeJS.Timeout;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => void explain().then((message) => reject(new Error(message))), ms);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
 }
