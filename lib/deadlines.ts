@@ -1,3 +1,5 @@
+import { MAX_TIMER_MS } from './lock-options';
+
 /** A deadline set with Deadlines.add, to pass to cancel. */
 export interface Deadline {
   /** `performance.now()` time it fires at. */
@@ -48,7 +50,8 @@ export class Deadlines {
   private arm(at: number): void {
     clearTimeout(this.timer);
     this.timerAt = at;
-    this.timer = setTimeout(this.onTimer, Math.max(1, Math.ceil(at - performance.now())));
+    // Node runs a longer timer after 1 ms: a farther deadline is reached by re-arming from onTimer.
+    this.timer = setTimeout(this.onTimer, Math.min(MAX_TIMER_MS, Math.max(1, Math.ceil(at - performance.now()))));
     if (this.keepingAlive === 0) this.timer.unref();
   }
 

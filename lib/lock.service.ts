@@ -37,8 +37,7 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
   constructor(
     @Inject(LOCK_BACKEND) private readonly backend: LockBackend,
     @Inject(RESOLVED_LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
-  ) {
-  }
+  ) {}
 
   /**
    * Registered for @WithLock once the application initialises, not when constructed: an
@@ -68,15 +67,8 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
   }
 
   /** Takes the lock only if it is free now (or re-entered); `null` otherwise. Never waits. */
-  async tryAcquire(name: string, options?: LockOptions): Promise<LockHandle | null> {
-    assertLockName(name, 'LockService.tryAcquire');
-    const resolved = resolveLockOptions(options, this.options);
-    const key = this.backendKey(name);
-    const reentered = this.reenter(key);
-    if (reentered) return reentered;
-    this.assertRunning();
-    const grant = await this.tryGrant(key, resolved.ttlMs);
-    return grant && new LockHandle(this.track(grant, name, resolved), false);
+  tryAcquire(name: string, options?: LockOptions): Promise<LockHandle | null> {
+    return this.take(name, resolveLockOptions(options, this.options), undefined, 'LockService.tryAcquire', false);
   }
 
   /**
@@ -129,7 +121,18 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
     return toBackendKey(this.options.keyPrefix, name, this.backend.maxKeyBytes);
   }
 
+  /** As take(), waiting unless `waitTimeoutMs` is 0; a lock not taken is a LockTimeoutError. */
   private async acquireWith(name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string): Promise<LockHandle> {
+    const handle = await this.take(name, options, signal, method, options.waitTimeoutMs !== 0);
+    if (!handle) throw new LockTimeoutError(name, 0);
+    return handle;
+  }
+
+  /**
+   * The one path to a lock, for acquire, withLock and tryAcquire: re-entered if the chain holds
+   * it, else from the backend, waiting in its queue when `wait`, or taken only if free (null if not).
+   */
+  private async take(name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, wait: boolean): Promise<LockHandle | null> {
     assertLockName(name, method);
     const key = this.backendKey(name);
     const reentered = this.reenter(key);
@@ -137,9 +140,9 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
     signal?.throwIfAborted();
     this.assertRunning();
     let grant: LockGrant;
-    if (options.waitTimeoutMs === 0) {
+    if (!wait) {
       const taken = await this.tryGrant(key, options.ttlMs);
-      if (!taken) throw new LockTimeoutError(name, 0);
+      if (!taken) return null;
       grant = taken;
     } else {
       const started = performance.now();

@@ -50,7 +50,6 @@ export class MemoryLockBackend implements LockBackend {
     });
   }
 
-
   async tryAcquire({ key, owner, ttlMs }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
     this.assertOpen();
     const grant = this.store.take(key, owner, ttlMs);

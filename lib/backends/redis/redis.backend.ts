@@ -1,6 +1,5 @@
 import { Logger } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
-import { setMaxListeners } from 'node:events';
 import { DistributedLockError } from '../../errors';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
 import { LocalSuccessors } from './local-successors';
@@ -124,9 +123,7 @@ export class RedisLockBackend implements LockBackend {
     return backend;
   }
 
-  private constructor() {
-    setMaxListeners(0, this.closing.signal); // every held lease listens to it
-  }
+  private constructor() {}
 
   acquire(request: AcquireRequest): Promise<LockGrant> {
     if (this.closed) return Promise.reject(new DistributedLockError('The redis lock backend is closed.'));
@@ -142,12 +139,17 @@ export class RedisLockBackend implements LockBackend {
       // The first acquisition of a key in a tick goes out at once; later ones wait for the batch.
       this.batches.set(key, []);
       process.nextTick(() => this.sendBatch(key));
-      const sentAt = performance.now();
-      this.runAcquire(key, owner, waiter.ttlMs, true).then(
-        (reply) => this.onQueued(waiter, reply, sentAt),
-        (error) => waiter.settle(undefined, error),
-      );
+      this.sendAcquire(waiter);
     });
+  }
+
+  /** One acquisition alone: the acquire script. */
+  private sendAcquire(waiter: RedisWaiter): void {
+    const sentAt = performance.now();
+    this.runAcquire(waiter.key, waiter.owner, waiter.ttlMs, true).then(
+      (reply) => this.onQueued(waiter, reply, sentAt),
+      (error) => waiter.settle(undefined, error),
+    );
   }
 
   /** The acquisitions of one key that followed the first in a tick, in one round trip. */
@@ -157,15 +159,8 @@ export class RedisLockBackend implements LockBackend {
     this.batches.delete(key);
     const waiters = batch.filter((waiter) => this.waiting.get(waiter.owner) === waiter);
     if (waiters.length === 0) return;
+    if (waiters.length === 1) return this.sendAcquire(waiters[0]);
     const sentAt = performance.now();
-    if (waiters.length === 1) {
-      const [waiter] = waiters;
-      this.runAcquire(key, waiter.owner, waiter.ttlMs, true).then(
-        (reply) => this.onQueued(waiter, reply, sentAt),
-        (error) => waiter.settle(undefined, error),
-      );
-      return;
-    }
     const args: (string | number)[] = [this.clientId, this.staleAfter(key, this.shortestTtl(waiters)), key];
     for (const waiter of waiters) args.push(waiter.owner, waiter.ttlMs);
     acquireBatchScript.run(this.connections.client, this.keysOf(key).all, args).then(
@@ -186,8 +181,6 @@ export class RedisLockBackend implements LockBackend {
     this.watch(waiter);
     this.scheduleCheck(key, ownerPttlMs);
   }
-
-
 
   async tryAcquire({ key, owner, ttlMs }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
     this.assertOpen();
@@ -225,7 +218,7 @@ export class RedisLockBackend implements LockBackend {
       this.handOver(started, next!, validForMs!);
       return started.done;
     }
-    return this.releaseAtServer(grant);
+    return this.releaseAtServer(grant.key, ownerValue(grant));
   }
 
   async close(): Promise<void> {
@@ -299,7 +292,7 @@ export class RedisLockBackend implements LockBackend {
     for (const { owner, fence } of run.to) args.push(owner, fence);
     const sentAt = performance.now();
     const transferred = transferScript.runInOrder(this.connections.client, keys, args).catch((error: unknown) => error);
-    const lastReleased = run.released ? this.releaseAtServer({ ...run.from, owner: last.owner, fencingToken: BigInt(last.fence) }) : undefined;
+    const lastReleased = run.released ? this.releaseAtServer(key, `${last.fence} ${last.owner}`) : undefined;
     void transferred.then(async (outcome) => {
       if (outcome === 1) {
         run.record(sentAt);
@@ -310,16 +303,19 @@ export class RedisLockBackend implements LockBackend {
           if (this.held.get(owner)?.fencingToken === BigInt(fence)) this.held.delete(owner);
           await this.cancelAtServer(key, owner);
         }
-        if (outcome !== 0) await this.releaseAtServer(run.from).catch(() => undefined);
+        if (outcome !== 0) await this.releaseAtServer(key, ownerValue(run.from)).catch(() => undefined);
       }
       await lastReleased?.catch(() => undefined);
       run.finish();
     });
   }
 
-  /** One round trip; the reply (0: not ours) changes nothing for the caller. */
-  private releaseAtServer(grant: LockGrant): Promise<void> {
-    const released: Promise<unknown> = releaseScript.run(this.connections.client, this.keysOf(grant.key).all, [ownerValue(grant), grant.key]);
+  /**
+   * One round trip, owner-checked against `value` ('<fence> <owner>'); the reply (0: not ours)
+   * changes nothing for the caller.
+   */
+  private releaseAtServer(key: string, value: string): Promise<void> {
+    const released: Promise<unknown> = releaseScript.run(this.connections.client, this.keysOf(key).all, [value, key]);
     return released as Promise<void>;
   }
 
@@ -348,9 +344,9 @@ export class RedisLockBackend implements LockBackend {
     const waiter = this.waiting.get(owner);
     if (waiter) return waiter.settle(this.grantOf(key, owner, fence, requestedAt));
     if (this.held.has(owner)) return; // the same grant seen twice (message and safety check)
-    releaseScript
-      .run(this.connections.client, this.keysOf(key).all, [`${fence} ${owner}`, key])
-      .catch((error) => logger.warn(`Handing on an unwanted grant of "${key}" failed; it expires with its lease: ${error.message}`));
+    this.releaseAtServer(key, `${fence} ${owner}`).catch((error) =>
+      logger.warn(`Handing on an unwanted grant of "${key}" failed; it expires with its lease: ${error.message}`),
+    );
   }
 
   private cancelAtServer(key: string, owner: string): Promise<unknown> {

@@ -1,5 +1,6 @@
 import { DistributedLockError } from '../../errors';
 import { NODE_DELETED, ZkCode, zkCode } from './zookeeper-client';
+import { OneShot } from './one-shot';
 import type { ZooKeeperSession } from './zookeeper-session';
 
 /**
@@ -14,8 +15,7 @@ import type { ZooKeeperSession } from './zookeeper-session';
  * the lock with a node that is gone.
  */
 export class OwnNodeWatch {
-  private goneReason?: Error;
-  private readonly listeners = new Set<(reason: Error) => void>();
+  private readonly deleted = new OneShot();
   private stopped = false;
   private cancel: () => void = () => undefined;
   /** The latest request setting the watch: once it is answered, `gone` is up to date. */
@@ -29,7 +29,7 @@ export class OwnNodeWatch {
   }
 
   get gone(): boolean {
-    return this.goneReason !== undefined;
+    return this.deleted.reason !== undefined;
   }
 
   /** True when our node is known to exist, as of every event and reply received so far. */
@@ -40,18 +40,13 @@ export class OwnNodeWatch {
 
   /** Calls `listener` once if the node is deleted by someone else (at once if it already was); returns an unsubscribe. */
   onGone(listener: (reason: Error) => void): () => void {
-    if (this.goneReason) {
-      listener(this.goneReason);
-      return () => undefined;
-    }
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
+    return this.deleted.listen(listener);
   }
 
   /** We are deleting the node (or leaving it to the session): its deletion is no news. */
   stop(): void {
     this.stopped = true;
-    this.listeners.clear();
+    this.deleted.clear();
     this.cancel();
   }
 
@@ -76,9 +71,7 @@ export class OwnNodeWatch {
   }
 
   private markGone(): void {
-    if (this.goneReason || this.stopped) return;
-    this.goneReason = new DistributedLockError(`Lock node ${this.path} was deleted by another client.`);
-    for (const listener of this.listeners) listener(this.goneReason);
-    this.listeners.clear();
+    if (this.stopped) return;
+    this.deleted.happen(new DistributedLockError(`Lock node ${this.path} was deleted by another client.`));
   }
 }

@@ -2,6 +2,7 @@ import { DistributedLockError, LockBackendError } from '../../errors';
 import { driftAllowanceMs } from '../../lock-lease';
 import { ZkCode, zkCode, type ZkAcl, type ZkClient, type ZkError, type ZkModule, type ZkStat, type ZkWatcher } from './zookeeper-client';
 import { permissionMask, type ResolvedZooKeeperOptions } from './zookeeper-options';
+import { OneShot } from './one-shot';
 import { NodeWatches } from './zookeeper-watches';
 
 /**
@@ -33,9 +34,8 @@ export class ZooKeeperSession {
   private readonly acl: ZkAcl[];
   private readonly client: ZkClient;
   private readonly pending = new Set<(reason: Error) => void>();
-  private readonly deathListeners = new Set<(reason: Error) => void>();
+  private readonly death = new OneShot();
   private readonly watches = new NodeWatches();
-  private deadReason?: Error;
   private negotiatedTimeoutMs: number;
   private disconnectionCount = 0;
   /**
@@ -61,7 +61,7 @@ export class ZooKeeperSession {
     for (const { credentials } of options.auth) this.client.addAuthInfo('digest', Buffer.from(credentials));
     this.connected = new Promise<void>((resolve, reject) => {
       this.client.on('connected', () => {
-        if (this.deadReason) return;
+        if (this.death.reason) return;
         if (this.connectTimer) this.onFirstConnect();
         resolve();
         this.heartbeat();
@@ -86,7 +86,7 @@ export class ZooKeeperSession {
   }
 
   get alive(): boolean {
-    return this.deadReason === undefined;
+    return this.death.reason === undefined;
   }
 
   /** The session timeout the server granted (the one asked for until the first connection). */
@@ -104,12 +104,7 @@ export class ZooKeeperSession {
 
   /** Calls `listener` once when the session dies (at once if it already has); returns an unsubscribe. */
   onDeath(listener: (reason: Error) => void): () => void {
-    if (this.deadReason) {
-      listener(this.deadReason);
-      return () => undefined;
-    }
-    this.deathListeners.add(listener);
-    return () => this.deathListeners.delete(listener);
+    return this.death.listen(listener);
   }
 
   /** A persistent node (the root's segments, a lock name's parent) with the configured ACL. */
@@ -176,15 +171,13 @@ export class ZooKeeperSession {
 
   /** Declares the session dead (idempotent): rejects every pending call, tells every listener, closes the client. */
   kill(reason: Error): void {
-    if (this.deadReason) return;
-    this.deadReason = reason;
+    if (this.death.reason) return;
     clearTimeout(this.livenessTimer);
     clearInterval(this.heartbeatTimer);
     clearTimeout(this.connectTimer);
     for (const fail of this.pending) fail(reason);
     this.pending.clear();
-    for (const listener of this.deathListeners) listener(reason);
-    this.deathListeners.clear();
+    this.death.happen(reason);
     closeClient(this.client);
   }
 
@@ -200,7 +193,7 @@ export class ZooKeeperSession {
   }
 
   private call<T>(start: (done: (error: ZkError | null, value?: T) => void) => void): Promise<T> {
-    if (this.deadReason) return Promise.reject(this.deadReason);
+    if (this.death.reason) return Promise.reject(this.death.reason);
     const sentAt = performance.now();
     return new Promise<T>((resolve, reject) => {
       this.pending.add(reject);
