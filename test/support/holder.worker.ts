@@ -44,6 +44,8 @@ async function main(): Promise<void> {
       send({ type: 'error', name: (error as Error).name, message: (error as Error).message });
     }
   });
+  // The test process is gone (it overran its time and was stopped): hold nothing for it.
+  process.once('disconnect', () => process.exit(1));
   send({ type: 'ready' });
 }
 

@@ -17,9 +17,18 @@ export interface ServerProcessOptions {
 }
 
 const running = new Set<ChildProcess>();
-process.once('exit', () => {
+const killRunning = () => {
   for (const child of running) child.kill('SIGKILL');
-});
+};
+process.once('exit', killRunning);
+// The test runner stops a file that overruns its time with a signal, which skips 'exit': the
+// servers would outlive it and load the machine for the files after it.
+for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+  process.once(signal, () => {
+    killRunning();
+    process.exit(1);
+  });
+}
 
 /**
  * A throwaway server started from its Debian package on a loopback port. Start fails loudly,

@@ -1,3 +1,10 @@
+/**
+ * The bound of a suite that stops, pauses, kills or restarts servers: below the runner's 120 s
+ * per file (scripts/test.js), so that a test that hangs is failed by name and the suite's
+ * `after` hooks still stop its servers, rather than the whole file being cancelled unexplained.
+ */
+export const FAULT_SUITE_TIMEOUT_MS = 90_000;
+
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** Resolves when `condition` holds, polling every few ms; rejects after `timeoutMs`. Test-side only. */

@@ -5,7 +5,7 @@ import type { LockService } from '../../../lib';
 import { createEtcdBackend, type EtcdLockBackend } from '../../../lib/backends/etcd/etcd.backend';
 import { EtcdCluster } from '../../support/etcd-server';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { abortedWithin, assertExclusive, sleep, type HoldInterval } from '../../support/timing';
+import { abortedWithin, assertExclusive, FAULT_SUITE_TIMEOUT_MS, sleep, type HoldInterval } from '../../support/timing';
 import { request, timerLateness } from './etcd-test-kit';
 
 /**
@@ -35,7 +35,7 @@ function leaseHostsRecorded(hosts: string[]): { client: Etcd3; leaseHosts: strin
  * A 3-member etcd on loopback (elections after 500 ms of silence, see etcd-server.ts). Each
  * LockService stands for a process, with its own client to all three members.
  */
-describe('etcd backend on a 3-member cluster', () => {
+describe('etcd backend on a 3-member cluster', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
   let cluster: EtcdCluster;
   const services: LockService[] = [];
   const service = (sessionTtlMs: number) => {

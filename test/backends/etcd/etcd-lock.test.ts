@@ -7,10 +7,10 @@ import { lockKeys } from '../../../lib/backends/etcd/etcd-keys';
 import { deleteOwnTxn } from '../../../lib/backends/etcd/etcd-requests';
 import { HolderProcess } from '../../support/holder-process';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { abortedWithin, sleep } from '../../support/timing';
+import { abortedWithin, FAULT_SUITE_TIMEOUT_MS, sleep } from '../../support/timing';
 import { etcdFixture, request, timerLateness, txnKind, within } from './etcd-test-kit';
 
-describe('etcd backend', () => {
+describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
   const etcd = etcdFixture();
   let seq = 0;
   const newKey = () => `etcd-test-${process.pid}-${++seq}`;

@@ -8,7 +8,7 @@ import { RedisStockStore } from '../../../sample-app/inventory/redis-stock.store
 import { HolderProcess } from '../../support/holder-process';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { startRedisServer, type RedisServer } from '../../support/redis-server';
-import { abortedWithin, assertExclusive, sleep, type HoldInterval } from '../../support/timing';
+import { abortedWithin, assertExclusive, FAULT_SUITE_TIMEOUT_MS, sleep, type HoldInterval } from '../../support/timing';
 
 /** Lease of the fault tests: short, so each test takes about a second. */
 const TTL_MS = 1_000;
@@ -18,7 +18,7 @@ const TTL_MS = 1_000;
  */
 const HANDOFF_BOUND_MS = 400;
 
-describe('redis backend under faults', () => {
+describe('redis backend under faults', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
   let redis: RedisServer;
   const services: LockService[] = [];
   const holders: HolderProcess[] = [];

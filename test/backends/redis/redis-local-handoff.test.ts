@@ -6,7 +6,7 @@ import { createBackend } from '../../../lib/backends/create-backend';
 import { lockKeys } from '../../../lib/backends/redis/redis-keys';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { commandsExecuted, startRedisServer, type RedisServer } from '../../support/redis-server';
-import { abortedWithin, assertExclusive, sleep, type HoldInterval } from '../../support/timing';
+import { abortedWithin, assertExclusive, FAULT_SUITE_TIMEOUT_MS, sleep, type HoldInterval } from '../../support/timing';
 
 /**
  * When the waiter right behind a holder in the Redis queue belongs to the same process, the
@@ -14,7 +14,7 @@ import { abortedWithin, assertExclusive, sleep, type HoldInterval } from '../../
  * hand-over"). These tests check that it keeps the queue's order and the tokens' order, and
  * that when Redis no longer agrees, the new holder is told at once that its lock is lost.
  */
-describe('redis backend: hand-over inside a process', () => {
+describe('redis backend: hand-over inside a process', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
   let redis: RedisServer;
   let inspector: Redis;
   const services: LockService[] = [];
