@@ -1,4 +1,5 @@
 import type { Etcd3, ILeaseKeepAliveResponse, Lease } from 'etcd3';
+import { deadlines, type Deadline } from '../../deadlines';
 import { driftAllowanceMs } from '../../lock-lease';
 
 /** A keepalive probe goes out when no keepalive sent in this fraction of the ttl was answered. */
@@ -25,8 +26,9 @@ const PROBES_PER_ROUND = 2;
 export class EtcdSession {
   private lostReason?: Error;
   private deadline: number;
-  private timer?: NodeJS.Timeout;
-  private probeTimer?: NodeJS.Timeout;
+  /** Both on the process's deadline scheduler, which never runs one before it is due. */
+  private timer?: Deadline;
+  private probeTimer?: Deadline;
   /** performance.now() of keepalives sent and not yet answered, oldest first. */
   private sent: number[] = [];
   /** performance.now() when the newest keepalive etcd answered (or the grant) was sent. */
@@ -80,8 +82,8 @@ export class EtcdSession {
   end(reason: Error): void {
     if (this.lostReason) return;
     this.lostReason = reason;
-    clearTimeout(this.timer);
-    clearTimeout(this.probeTimer);
+    deadlines.cancel(this.timer);
+    deadlines.cancel(this.probeTimer);
     this.lease.release();
     this.onLost(this, reason);
   }
@@ -125,16 +127,22 @@ export class EtcdSession {
    * member forwards a keepalive to the leader, so a live member confirms the lease.
    */
   private armProbe(): void {
-    clearTimeout(this.probeTimer);
-    const dueAt = this.confirmedSentAt + this.ttlSeconds * 1000 * PROBE_AFTER_TTL;
-    this.probeTimer = setTimeout(() => void this.probe(), Math.max(0, dueAt - performance.now()));
-    this.probeTimer.unref();
+    this.probeAt(this.probeDueAt());
+  }
+
+  private probeDueAt(): number {
+    return this.confirmedSentAt + this.ttlSeconds * 1000 * PROBE_AFTER_TTL;
+  }
+
+  private probeAt(at: number): void {
+    deadlines.cancel(this.probeTimer);
+    this.probeTimer = deadlines.add(at, () => void this.probe());
   }
 
   private async probe(): Promise<void> {
     if (!this.alive) return;
-    // Timers can fire a little early, and an answer may have come meanwhile.
-    if (performance.now() < this.confirmedSentAt + this.ttlSeconds * 1000 * PROBE_AFTER_TTL) return this.armProbe();
+    // A retry after a failed round may come due after a keepalive was answered meanwhile.
+    if (performance.now() < this.probeDueAt()) return this.armProbe();
     const timeoutMs = this.ttlSeconds * 1000 * PROBE_TIMEOUT_TTL;
     const sentAt = performance.now();
     try {
@@ -144,19 +152,13 @@ export class EtcdSession {
     } catch {
       // A lease etcd no longer has is reported through 'lost' (keepaliveOnce emits it). Anything
       // else: try again, no sooner than one probe deadline after this one started.
-      if (!this.alive) return;
-      clearTimeout(this.probeTimer);
-      this.probeTimer = setTimeout(() => void this.probe(), Math.max(0, sentAt + timeoutMs - performance.now()));
-      this.probeTimer.unref();
+      if (this.alive) this.probeAt(sentAt + timeoutMs);
     }
   }
 
   private arm(): void {
-    clearTimeout(this.timer);
-    // Timers can fire a little early (libuv's cached loop time): re-arm until the deadline is
-    // due, or a session that stops hearing from etcd would never be declared lost.
-    this.timer = setTimeout(() => this.alive && this.arm(), Math.max(0, this.deadline - performance.now()));
-    this.timer.unref();
+    deadlines.cancel(this.timer);
+    this.timer = deadlines.add(this.deadline, () => this.checkDeadline());
   }
 
   private checkDeadline(): void {

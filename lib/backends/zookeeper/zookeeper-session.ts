@@ -1,3 +1,4 @@
+import { deadlines, type Deadline } from '../../deadlines';
 import { DistributedLockError, LockBackendError } from '../../errors';
 import { driftAllowanceMs } from '../../lock-lease';
 import { ZkCode, zkCode, type ZkAcl, type ZkClient, type ZkError, type ZkModule, type ZkStat, type ZkWatcher } from './zookeeper-client';
@@ -44,7 +45,8 @@ export class ZooKeeperSession {
    */
   private lastContactAt = 0;
   private heartbeatInFlight = false;
-  private livenessTimer?: NodeJS.Timeout;
+  /** On the process's deadline scheduler, which never runs it before it is due. */
+  private livenessTimer?: Deadline;
   private heartbeatTimer?: NodeJS.Timeout;
   private connectTimer?: NodeJS.Timeout;
   private sessionId = '(connecting)';
@@ -172,7 +174,7 @@ export class ZooKeeperSession {
   /** Declares the session dead (idempotent): rejects every pending call, tells every listener, closes the client. */
   kill(reason: Error): void {
     if (this.death.reason) return;
-    clearTimeout(this.livenessTimer);
+    deadlines.cancel(this.livenessTimer);
     clearInterval(this.heartbeatTimer);
     clearTimeout(this.connectTimer);
     for (const fail of this.pending) fail(reason);
@@ -234,14 +236,13 @@ export class ZooKeeperSession {
 
   /** Fires when the server may have expired the session (less the lease drift allowance), unless heard from since. */
   private armLiveness(): void {
-    this.livenessTimer = setTimeout(() => {
+    this.livenessTimer = deadlines.add(this.livenessDeadline(), () => {
       // Timers run before sockets are read: after a stall of our own event loop, the replies
       // that came in meanwhile are still unread. Read them (setImmediate runs after the poll
       // phase) before judging, or a stall would pass for a silent server.
       if (this.overdue()) setImmediate(() => this.judgeLiveness());
       else this.judgeLiveness();
-    }, Math.max(0, this.livenessDeadline() - performance.now()));
-    this.livenessTimer.unref();
+    });
   }
 
   private judgeLiveness(): void {
