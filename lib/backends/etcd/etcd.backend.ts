@@ -75,6 +75,7 @@ export class EtcdLockBackend implements LockBackend {
   private readonly handOvers = new Map<string, UnconfirmedHandOver>();
   private readonly retryTimers = new Set<NodeJS.Timeout>();
   private readonly localFollowers = new LocalFollowers(2 * CALL_TIMEOUT_MS);
+  private readonly safetyNetMs: number;
   private closed = false;
 
   constructor(
@@ -82,7 +83,9 @@ export class EtcdLockBackend implements LockBackend {
     /** False for a user-supplied client: it is never closed here. */
     private readonly ownsClient: boolean,
     private readonly sessionTtlSeconds: number,
-  ) {}
+  ) {
+    this.safetyNetMs = watchSafetyNetMs(sessionTtlSeconds);
+  }
 
   /**
    * Looks at the request's signal at once (see AcquireRequest.signal): every acquisition here
@@ -129,7 +132,7 @@ export class EtcdLockBackend implements LockBackend {
         cleanup: (revision: bigint | undefined) =>
           revision === undefined ? this.deleteUnsure(keys, session) : void this.deleteKey(keys, revision, session, true).catch(() => undefined),
       };
-      const acquisition = new EtcdAcquisition(this.client, session, keys, txn, this.localFollowers, outcome, watchSafetyNetMs(this.sessionTtlSeconds));
+      const acquisition = new EtcdAcquisition(this.client, session, keys, txn, this.localFollowers, outcome, this.safetyNetMs);
       const ownId = keys.own.toString('latin1');
       this.waiting.set(ownId, acquisition);
       signal.addEventListener('abort', onAbort, { once: true });
@@ -179,8 +182,10 @@ export class EtcdLockBackend implements LockBackend {
     const held = this.heldFor(grant);
     if (!held) return;
     this.held.delete(grant.owner);
-    const nameId = held.keys.start.toString('latin1');
-    if (this.handOvers.get(nameId)?.owner === grant.owner) this.handOvers.delete(nameId);
+    if (this.handOvers.size > 0) {
+      const nameId = held.keys.start.toString('latin1');
+      if (this.handOvers.get(nameId)?.owner === grant.owner) this.handOvers.delete(nameId);
+    }
     // A lost session's keys go with its lease.
     if (!held.session.alive) return;
     const leaseValid = validForMs !== undefined;
@@ -273,6 +278,7 @@ export class EtcdLockBackend implements LockBackend {
 
   /** A delete sent at `sentAt` read `lowest` under the name: settles a hand-over waiting on it. */
   private confirmHandOver(keys: LockKeys, lowest: IKeyValue | undefined, sentAt: number): void {
+    if (this.handOvers.size === 0) return; // the common case: no hand-over inside the process
     const nameId = keys.start.toString('latin1');
     const handOver = this.handOvers.get(nameId);
     // A key of ours before the holder's is still being deleted: a later answer will tell.
@@ -288,10 +294,17 @@ export class EtcdLockBackend implements LockBackend {
    */
   private deleteUnsure(keys: LockKeys, session: EtcdSession): void {
     void this.deleteKey(keys, undefined, session, true).catch(() => undefined);
+    this.later(LATE_PUT_MS, () => {
+      if (session.alive && !this.closed) void this.deleteKey(keys, undefined, session, true).catch(() => undefined);
+    });
+  }
+
+  /** Runs `run` after `ms` unless the backend closes first. */
+  private later(ms: number, run: () => void): void {
     const timer = setTimeout(() => {
       this.retryTimers.delete(timer);
-      if (session.alive && !this.closed) void this.deleteKey(keys, undefined, session, true).catch(() => undefined);
-    }, LATE_PUT_MS);
+      run();
+    }, ms);
     timer.unref();
     this.retryTimers.add(timer);
   }
@@ -313,12 +326,7 @@ export class EtcdLockBackend implements LockBackend {
       },
       (error) => {
         if (session.alive && !this.closed) {
-          const timer = setTimeout(() => {
-            this.retryTimers.delete(timer);
-            void this.deleteKey(keys, revision, session, grantNext, attempt + 1).catch(() => undefined);
-          }, Math.min(2_000, 100 * 2 ** attempt));
-          timer.unref();
-          this.retryTimers.add(timer);
+          this.later(Math.min(2_000, 100 * 2 ** attempt), () => void this.deleteKey(keys, revision, session, grantNext, attempt + 1).catch(() => undefined));
         }
         throw error;
       },

@@ -21,13 +21,12 @@ export class OneShot {
     return () => this.listeners.delete(listener);
   }
 
-  /** Tells every listener, once; false (and nothing told) if it had already happened. */
-  happen(reason: Error): boolean {
-    if (this.happened) return false;
+  /** Tells every listener, once; nothing if it had already happened. */
+  happen(reason: Error): void {
+    if (this.happened) return;
     this.happened = reason;
     for (const listener of this.listeners) listener(reason);
     this.listeners.clear();
-    return true;
   }
 
   /** Forgets every listener: none is told any more. */

@@ -28,14 +28,10 @@ export class OwnNodeWatch {
     this.armed = this.arm();
   }
 
-  get gone(): boolean {
-    return this.deleted.reason !== undefined;
-  }
-
   /** True when our node is known to exist, as of every event and reply received so far. */
   async stillThere(): Promise<boolean> {
     await this.armed;
-    return !this.gone;
+    return this.deleted.reason === undefined;
   }
 
   /** Calls `listener` once if the node is deleted by someone else (at once if it already was); returns an unsubscribe. */

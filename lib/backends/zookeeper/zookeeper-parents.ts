@@ -46,7 +46,7 @@ export class LockParents {
    * session's node, which the server deletes when it expires the session): remove the parent
    * then, unless the name is used again meanwhile.
    */
-  idle(parent: string, afterMs = PARENT_IDLE_MS): void {
+  idle(parent: string, afterMs: number): void {
     this.inUse(parent);
     const timer = setTimeout(() => {
       this.idleTimers.delete(parent);
