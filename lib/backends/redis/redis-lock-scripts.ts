@@ -54,13 +54,19 @@ local function queue_up(owner, ttl, client, fence)
 end
 `;
 
+/**
+ * A waiter's entry in the waiters hash, '<ttlMs> <clientId> <fence>', as a Lua pattern: read by
+ * HANDING and by the standalone transfer script.
+ */
+const ENTRY_PATTERN = '^(%d+) (%S+) (%d+)$';
+
 /** What handing the lock on needs, after QUEUING. */
 const HANDING = `
 local CHANNEL_PREFIX = '${GRANT_CHANNEL_PREFIX}'
 
 -- A waiter's entry in the waiters hash: '<ttlMs> <clientId> <fence>'.
 local function parse_entry(entry)
-  return string.match(entry, '^(%d+) (%S+) (%d+)$')
+  return string.match(entry, '${ENTRY_PATTERN}')
 end
 
 local function next_fence()
@@ -113,6 +119,17 @@ local function hand_off_if_expired(raw_key)
   hand_off(raw_key)
   return redis.call('exists', KEYS[1]) == 0
 end
+
+-- The caller's SET took a key whose holder's lease ran out while others queue: they come first.
+-- Returns whether the caller holds it (no live waiter was left to hand it to). What
+-- hand_off_if_expired would ask first is known here: the key was just deleted, the queue is not empty.
+local function take_after_expiry(owner, ttl, fence, raw_key)
+  redis.call('del', KEYS[1])
+  hand_off(raw_key)
+  if redis.call('exists', KEYS[1]) == 1 then return false end
+  own(owner, ttl, fence)
+  return true
+end
 `;
 
 /**
@@ -135,14 +152,9 @@ local taken = redis.call('set', KEYS[1], fence .. ' ' .. ARGV[1], 'nx', 'px', AR
 -- The common case, before any function is made: a free key, nobody queued.
 if taken and redis.call('llen', KEYS[3]) == 0 then return {1, fence} end
 if taken then
-  -- Free only because its holder's lease ran out while others queue: they come first.
-  redis.call('del', KEYS[1])
   do
 ${COMMON}
-    if hand_off_if_expired(ARGV[5]) then
-      own(ARGV[1], ARGV[2], fence)
-      return {1, fence}
-    end
+    if take_after_expiry(ARGV[1], ARGV[2], fence, ARGV[5]) then return {1, fence} end
   end
 end
 if ARGV[6] ~= '1' then return {0, redis.call('pttl', KEYS[1])} end
@@ -171,12 +183,7 @@ local replies = {}
 local owner, ttl = ARGV[4], ARGV[5]
 local fence = string.format('%d', first_fence)
 local taken = redis.call('set', KEYS[1], fence .. ' ' .. owner, 'nx', 'px', ttl)
-if taken and redis.call('llen', KEYS[3]) > 0 then
-  -- Free only because its holder's lease ran out while others queue: they come first.
-  redis.call('del', KEYS[1])
-  taken = hand_off_if_expired(raw_key)
-  if taken then own(owner, ttl, fence) end
-end
+if taken and redis.call('llen', KEYS[3]) > 0 then taken = take_after_expiry(owner, ttl, fence, raw_key) end
 if taken then replies[1] = {1, fence} else replies[1] = queue_up(owner, ttl, client, fence) end
 -- Every later caller queues right behind the one before it: one RPUSH and one HSET for them all.
 if count > 1 then
@@ -232,7 +239,7 @@ local entries = redis.call('hmget', KEYS[4], unpack(members))
 local last_ttl
 for i = 1, count do
   if not entries[i] then return 2 end
-  local ttl, _, fence = string.match(entries[i], '^(%d+) (%S+) (%d+)$')
+  local ttl, _, fence = string.match(entries[i], '${ENTRY_PATTERN}')
   if fence ~= ARGV[2 * i + 1] then return 2 end
   last_ttl = ttl
 end

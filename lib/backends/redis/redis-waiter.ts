@@ -15,7 +15,6 @@ export interface WaiterEvents {
 export class RedisWaiter {
   /** The fence it will hold the lock with, known once the acquire script queued it. */
   fence?: string;
-  private signal?: AbortSignal;
   private onAbort?: () => void;
 
   constructor(
@@ -34,7 +33,7 @@ export class RedisWaiter {
    * had already given up: the waiter is settled and leaving.
    */
   listenForAbort(): boolean {
-    const signal = (this.signal = this.request.signal);
+    const signal = this.request.signal;
     if (signal.aborted) {
       this.abort();
       return false;
@@ -46,13 +45,14 @@ export class RedisWaiter {
 
   settle(grant: LockGrant | undefined, error?: unknown): void {
     if (!this.events.settled(this, grant !== undefined)) return;
-    if (this.onAbort) this.signal!.removeEventListener('abort', this.onAbort);
+    // Only a waiter that listened looks at the signal again: one granted at once never makes it.
+    if (this.onAbort) this.request.signal.removeEventListener('abort', this.onAbort);
     if (grant) this.resolve(grant);
     else this.reject(error);
   }
 
   private abort(): void {
-    this.settle(undefined, this.signal!.reason);
+    this.settle(undefined, this.request.signal.reason);
     this.events.abandoned(this);
   }
 }

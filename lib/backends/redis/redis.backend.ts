@@ -192,7 +192,7 @@ export class RedisLockBackend implements LockBackend {
   async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
     if (this.closed) return false;
     this.tellHandOvers(grant.key);
-    const renewed = await renewScript.run(this.connections.client, [this.keysOf(grant.key).owner], [ownerValue(grant), Math.ceil(ttlMs)]);
+    const renewed = await renewScript.run(this.connections.client, [this.keysOf(grant.key).owner], [ownerValue(grant.fencingToken, grant.owner), Math.ceil(ttlMs)]);
     return renewed === 1;
   }
 
@@ -203,8 +203,9 @@ export class RedisLockBackend implements LockBackend {
   release(grant: LockGrant, validForMs?: number): Promise<void> {
     this.held.delete(grant.owner);
     const successor = this.successors.takeSuccessor(grant.owner);
+    // None after close(): it settled every waiter, and acquire() refuses new ones.
     const next = successor === undefined ? undefined : this.waiting.get(successor);
-    const handOver = next?.fence !== undefined && validForMs !== undefined && validForMs >= MIN_HANDOVER_VALIDITY_MS && !this.closed;
+    const handOver = next?.fence !== undefined && validForMs !== undefined && validForMs >= MIN_HANDOVER_VALIDITY_MS;
     const run = this.runs.get(grant.key);
     if (run && !run.released && run.to[run.to.length - 1].owner === grant.owner && run.to.length < MAX_PER_SCRIPT) {
       // The lock came to this holder in a run Redis has not heard of yet: carry the run on, or end it.
@@ -218,7 +219,7 @@ export class RedisLockBackend implements LockBackend {
       this.handOver(started, next!, validForMs!);
       return started.done;
     }
-    return this.releaseAtServer(grant.key, ownerValue(grant));
+    return this.releaseAtServer(grant.key, ownerValue(grant.fencingToken, grant.owner));
   }
 
   async close(): Promise<void> {
@@ -248,15 +249,8 @@ export class RedisLockBackend implements LockBackend {
    */
   private handOver(run: HandOverRun, to: RedisWaiter, validForMs: number): void {
     run.to.push({ owner: to.owner, fence: to.fence! });
-    const grant: LockGrant = {
-      key: run.from.key,
-      owner: to.owner,
-      fencingToken: BigInt(to.fence!),
-      lost: this.closing.signal,
-      provisional: { validUntil: performance.now() + validForMs, recorded: run.recorded },
-    };
-    this.held.set(to.owner, grant);
-    to.settle(grant);
+    const provisional = { validUntil: performance.now() + validForMs, recorded: run.recorded };
+    to.settle(this.grantOf(run.from.key, to.owner, to.fence!, undefined, provisional));
   }
 
   private startRun(from: LockGrant): HandOverRun {
@@ -288,11 +282,11 @@ export class RedisLockBackend implements LockBackend {
     this.runs.delete(key);
     const keys = this.keysOf(key).all;
     const last = run.to[run.to.length - 1];
-    const args = [ownerValue(run.from)];
+    const args = [ownerValue(run.from.fencingToken, run.from.owner)];
     for (const { owner, fence } of run.to) args.push(owner, fence);
     const sentAt = performance.now();
     const transferred = transferScript.runInOrder(this.connections.client, keys, args).catch((error: unknown) => error);
-    const lastReleased = run.released ? this.releaseAtServer(key, `${last.fence} ${last.owner}`) : undefined;
+    const lastReleased = run.released ? this.releaseAtServer(key, ownerValue(last.fence, last.owner)) : undefined;
     void transferred.then(async (outcome) => {
       if (outcome === 1) {
         run.record(sentAt);
@@ -303,7 +297,7 @@ export class RedisLockBackend implements LockBackend {
           if (this.held.get(owner)?.fencingToken === BigInt(fence)) this.held.delete(owner);
           await this.cancelAtServer(key, owner);
         }
-        if (outcome !== 0) await this.releaseAtServer(key, ownerValue(run.from)).catch(() => undefined);
+        if (outcome !== 0) await this.releaseAtServer(key, ownerValue(run.from.fencingToken, run.from.owner)).catch(() => undefined);
       }
       await lastReleased?.catch(() => undefined);
       run.finish();
@@ -344,7 +338,7 @@ export class RedisLockBackend implements LockBackend {
     const waiter = this.waiting.get(owner);
     if (waiter) return waiter.settle(this.grantOf(key, owner, fence, requestedAt));
     if (this.held.has(owner)) return; // the same grant seen twice (message and safety check)
-    this.releaseAtServer(key, `${fence} ${owner}`).catch((error) =>
+    this.releaseAtServer(key, ownerValue(fence, owner)).catch((error) =>
       logger.warn(`Handing on an unwanted grant of "${key}" failed; it expires with its lease: ${error.message}`),
     );
   }
@@ -435,8 +429,8 @@ export class RedisLockBackend implements LockBackend {
   }
 
   /** A grant now held here: tracked so close() can fire its signal and release it. */
-  private grantOf(key: string, owner: string, fence: string, requestedAt?: number): LockGrant {
-    const grant: LockGrant = { key, owner, fencingToken: BigInt(fence), lost: this.closing.signal, requestedAt };
+  private grantOf(key: string, owner: string, fence: string, requestedAt?: number, provisional?: LockGrant['provisional']): LockGrant {
+    const grant: LockGrant = { key, owner, fencingToken: BigInt(fence), lost: this.closing.signal, requestedAt, provisional };
     this.held.set(owner, grant);
     return grant;
   }
@@ -447,7 +441,7 @@ export class RedisLockBackend implements LockBackend {
 }
 
 /** The value of the owner key: the fence makes it unique per grant, the owner id per caller. */
-const ownerValue = (grant: LockGrant) => `${grant.fencingToken} ${grant.owner}`;
+const ownerValue = (fence: bigint | string, owner: string) => `${fence} ${owner}`;
 
 /** Builds the backend for `{ type: 'redis', ... }`; used by createBackend, loaded only when chosen. */
 export function createRedisBackend(options: RedisBackendOptions): Promise<RedisLockBackend> {
