@@ -1,8 +1,9 @@
 import { createClient, CreateMode, type Client, type Exception } from 'node-zookeeper-client';
 import type { LockBackend, LockService } from '../lib';
 import { createZooKeeperBackend } from '../lib/backends/zookeeper/create-zookeeper-backend';
-import { ClientTraffic, clientOf, watchedPaths } from '../test/backends/zookeeper/zookeeper-client-probe';
+import { ClientTraffic, clientOf, isKeepAlive, watchedPaths } from '../test/backends/zookeeper/zookeeper-client-probe';
 import { lockServiceOver } from '../test/support/lock-service-factory';
+import { sleep } from '../test/support/timing';
 import { startZooKeeperServer } from '../test/support/zookeeper-server';
 import { printFlashSale } from './report';
 import { formatRatio, median, percentile } from './stats';
@@ -136,7 +137,7 @@ async function queuedHandOffs(services: LockService[], backends: LockBackend[]):
   );
   // Queued, and done setting up: no client has sent anything for 100 ms.
   for (let quiet = 0, last = -1; quiet < 20; ) {
-    await new Promise((resolve) => setTimeout(resolve, 5));
+    await sleep(5);
     const total = traffic.reduce((sum, counter) => sum + counter.requestsSent, 0);
     quiet = total === last ? quiet + 1 : 0;
     last = total;
@@ -160,7 +161,7 @@ async function openSessions(services: LockService[]): Promise<void> {
 
 /** `1.00 (delete 1.00, getChildren 0.98)`: keep-alives left out. */
 function perHandOff(sent: Map<string, number>, handOffs: number): string {
-  const shown = [...sent].filter(([operation]) => operation !== 'heartbeat' && operation !== 'ping');
+  const shown = [...sent].filter(([operation]) => !isKeepAlive(operation));
   const total = shown.reduce((sum, [, count]) => sum + count, 0);
   return `${(total / handOffs).toFixed(2)} (${shown.map(([operation, count]) => `${operation} ${(count / handOffs).toFixed(2)}`).join(', ') || 'none'})`;
 }

@@ -126,7 +126,8 @@ export class ServerProcess {
   }
 }
 
-function portAccepts(port: number): Promise<boolean> {
+/** Whether a TCP connection to `port` on 127.0.0.1 is accepted now (closed again at once). */
+export function portAccepts(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = connect({ host: '127.0.0.1', port });
     socket.once('connect', () => {

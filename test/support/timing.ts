@@ -7,12 +7,21 @@ export const FAULT_SUITE_TIMEOUT_MS = 90_000;
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-/** Resolves when `condition` holds, polling every few ms; rejects after `timeoutMs`. Test-side only. */
-export async function eventually(condition: () => boolean, timeoutMs: number, what: string): Promise<void> {
+/**
+ * Resolves when `condition` holds, checked every `pollMs`; rejects after `timeoutMs`. A check that
+ * asks a server may want its own pace. `what` can be built at the failure, to say what was found
+ * then. Test-side only.
+ */
+export async function eventually(
+  condition: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+  what: string | (() => string | Promise<string>),
+  pollMs = 5,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(5);
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${typeof what === 'string' ? what : await what()}`);
+    await sleep(pollMs);
   }
 }
 

@@ -2,7 +2,6 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Etcd3 } from 'etcd3';
 import { DEFAULT_KEY_PREFIX, DistributedLockError, LockBackendError, type LockGrant } from '../../../lib';
-import { createEtcdBackend } from '../../../lib/backends/etcd/etcd.backend';
 import { lockKeys } from '../../../lib/backends/etcd/etcd-keys';
 import { deleteOwnTxn } from '../../../lib/backends/etcd/etcd-requests';
 import { HolderProcess } from '../../support/holder-process';
@@ -14,11 +13,6 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
   const etcd = etcdFixture();
   let seq = 0;
   const newKey = () => `etcd-test-${process.pid}-${++seq}`;
-  const backend = (options: { sessionTtlMs?: number; client?: Etcd3 } = {}) => {
-    const created = createEtcdBackend({ type: 'etcd', ...(options.client ? { client: options.client } : { hosts: etcd.cluster.hosts }), sessionTtlMs: options.sessionTtlMs });
-    etcd.backends.push(created);
-    return created;
-  };
 
 
   it('takes a free lock in one transaction and releases it in one, two writes in all', async () => {
@@ -30,7 +24,7 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
         txns.push(txnKind(req));
         return txn(req, options);
       };
-      const locks = backend({ client });
+      const locks = etcd.backend({ client });
       await locks.release((await locks.acquire(request(newKey(), 'warm-up')))!);
       txns.length = 0;
       const revisionBefore = BigInt((await etcd.admin.kv.range({ key: Buffer.from('x') })).header.revision);
@@ -59,7 +53,7 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
 
     // Through the backend: a stale grant of a reused owner id releases nothing.
     const key = newKey();
-    const [a, b] = [backend(), backend()];
+    const [a, b] = [etcd.backend(), etcd.backend()];
     const first = await a.acquire(request(key, 'reused'));
     await a.release(first);
     const second = await a.acquire(request(key, 'reused'));
@@ -72,8 +66,8 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
 
   it('hands the lock to the next waiter of the same process at release, before etcd has the delete, and to no other process', async () => {
     const key = newKey();
-    const here = backend();
-    const elsewhere = backend(); // another session: what another process would be
+    const here = etcd.backend();
+    const elsewhere = etcd.backend(); // another session: what another process would be
     const holder = await here.acquire(request(key, 'holder'));
     const next = here.acquire(request(key, 'next-here'));
     await sleep(100); // queued: its key is after the holder's
@@ -113,7 +107,7 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
 
   it('a hand-over whose new holder\'s key etcd no longer has is reported lost when the delete answers', async () => {
     const key = newKey();
-    const here = backend();
+    const here = etcd.backend();
     const holder = await here.acquire(request(key, 'holder'));
     const next = here.acquire(request(key, 'next-here'));
     await sleep(100);
@@ -128,7 +122,7 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
 
   it('hands nothing over inside the process when the holder\'s lease is not known valid: the waiter waits for etcd', async () => {
     const key = newKey();
-    const here = backend();
+    const here = etcd.backend();
     const holder = await here.acquire(request(key, 'holder'));
     let nextGranted = false;
     const next = here.acquire(request(key, 'next-here')).then((grant) => ((nextGranted = true), grant));
@@ -152,8 +146,8 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
 
   it('grants no waiter of the process on shutdown, while the held locks are released', async () => {
     const key = newKey();
-    const service = lockServiceOver(backend());
-    const elsewhere = backend();
+    const service = lockServiceOver(etcd.backend());
+    const elsewhere = etcd.backend();
     const held = await service.acquire(key);
     const sameProcess = service.acquire(key, { waitTimeoutMs: 10_000 }).then(
       () => 'granted',
@@ -172,7 +166,7 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
 
   it('keeps lock names apart: "n", "n/x" and "n%2Fx" never share a queue', async () => {
     const key = newKey();
-    const [a, b] = [backend(), backend()];
+    const [a, b] = [etcd.backend(), etcd.backend()];
     const held = [await a.tryAcquire(request(key, 'a1')), await a.tryAcquire(request(`${key}/x`, 'a2'))];
     assert.ok(held.every(Boolean), 'a name and its "/" extension blocked each other');
     assert.ok(await b.tryAcquire(request(`${key}%2Fx`, 'b1')), '"%2F" collided with "/"');
@@ -182,13 +176,13 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
   // Across processes a waiter watches its predecessor; within one it is told by the process,
   // and must switch to a watch when its local predecessor leaves and a remote one is next.
   const layouts = {
-    'four processes': () => [backend(), backend(), backend(), backend()],
+    'four processes': () => [etcd.backend(), etcd.backend(), etcd.backend(), etcd.backend()],
     'holder in one process, waiters in another': () => {
-      const waiters = backend();
-      return [backend(), waiters, waiters, waiters];
+      const waiters = etcd.backend();
+      return [etcd.backend(), waiters, waiters, waiters];
     },
     'one process': () => {
-      const shared = backend();
+      const shared = etcd.backend();
       return [shared, shared, shared, shared];
     },
   };
@@ -224,7 +218,7 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
   }
 
   it('on session loss fires every lock of the session, fails its waiters, and opens a new session after', async () => {
-    const [locks, other] = [backend({ sessionTtlMs: 3_000 }), backend()];
+    const [locks, other] = [etcd.backend({ sessionTtlMs: 3_000 }), etcd.backend()];
     const [k1, k2, k3] = [newKey(), newKey(), newKey()];
     const held = [(await locks.tryAcquire(request(k1, 'a')))!, (await locks.tryAcquire(request(k2, 'b')))!];
     const blocker = (await other.tryAcquire(request(k3, 'c')))!;
@@ -256,7 +250,7 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
   });
 
   it("fires the locks' signals by the session deadline when etcd stops answering", async () => {
-    const locks = backend({ sessionTtlMs: 2_000 });
+    const locks = etcd.backend({ sessionTtlMs: 2_000 });
     const grant = (await locks.tryAcquire(request(newKey(), 'p')))!;
     await sleep(800);
     const lateness = timerLateness();
@@ -283,7 +277,7 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
     try {
       const token = await holder.acquire(key);
       // The holder's LockService adds the module's default key prefix.
-      const waiting: Promise<LockGrant> = backend().acquire(request(`${DEFAULT_KEY_PREFIX}${key}`, 'next'));
+      const waiting: Promise<LockGrant> = etcd.backend().acquire(request(`${DEFAULT_KEY_PREFIX}${key}`, 'next'));
       await sleep(100);
       let granted = false;
       void waiting.then(() => (granted = true));

@@ -15,8 +15,7 @@ describe('etcd backend: the session lease', () => {
 
 
   it('opens one lease per process, and exactly one more when etcd dropped it before the process noticed', async () => {
-    const client = new Etcd3({ hosts: etcd.cluster.hosts });
-    etcd.clients.push(client);
+    const client = etcd.client();
     let leases = 0;
     const lease = client.lease.bind(client);
     client.lease = (ttl, options) => {
@@ -24,8 +23,7 @@ describe('etcd backend: the session lease', () => {
       return lease(ttl, options);
     };
     // 30 s: the next keepalive is 10 s away, so nothing tells the process of the revokes below.
-    const locks = createEtcdBackend({ type: 'etcd', client, sessionTtlMs: 30_000 });
-    etcd.backends.push(locks);
+    const locks = etcd.backend({ client, sessionTtlMs: 30_000 });
     const [k1, k2] = [newKey(), newKey()];
 
     const first = await locks.acquire(request(k1, 'a'));

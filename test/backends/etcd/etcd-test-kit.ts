@@ -2,11 +2,12 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { after, afterEach, before } from 'node:test';
 import { Etcd3, type ITxnRequest } from 'etcd3';
 import type { AcquireRequest, LockBackend } from '../../../lib';
+import { createEtcdBackend, type EtcdLockBackend } from '../../../lib/backends/etcd/etcd.backend';
 import { EtcdCluster } from '../../support/etcd-server';
 
 /** Helpers shared by the etcd backend tests. */
 
-export const never: AbortSignal = new AbortController().signal;
+const never: AbortSignal = new AbortController().signal;
 
 /** A backend request with a lease long enough never to matter. */
 export function request(key: string, owner: string, signal: AbortSignal = never): AcquireRequest {
@@ -56,6 +57,10 @@ export interface EtcdFixture {
   readonly clients: Etcd3[];
   /** The session lease of the lock held on `key`, read from etcd. */
   leaseOf(key: string): Promise<string>;
+  /** A backend on the cluster, or on `client`: closed after the test. */
+  backend(options?: { sessionTtlMs?: number; client?: Etcd3 }): EtcdLockBackend;
+  /** A client of the cluster: closed after the test. */
+  client(): Etcd3;
 }
 
 /** Registers the hooks of an EtcdFixture in the calling describe block. */
@@ -72,6 +77,16 @@ export function etcdFixture(members = 1): EtcdFixture {
     backends: [],
     clients: [],
     leaseOf: async (key) => (await admin!.getAll().prefix(`${key}/`).exec()).kvs[0].lease,
+    backend(options = {}) {
+      const created = createEtcdBackend({ type: 'etcd', ...(options.client ? { client: options.client } : { hosts: cluster!.hosts }), sessionTtlMs: options.sessionTtlMs });
+      fixture.backends.push(created);
+      return created;
+    },
+    client() {
+      const created = new Etcd3({ hosts: cluster!.hosts });
+      fixture.clients.push(created);
+      return created;
+    },
   };
   before(async () => {
     cluster = await EtcdCluster.start(members);

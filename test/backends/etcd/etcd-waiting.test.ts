@@ -1,10 +1,9 @@
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import { describe, it } from 'node:test';
-import { Etcd3 } from 'etcd3';
+import type { Etcd3 } from 'etcd3';
 import { LockBackendError } from '../../../lib';
 import { watchSafetyNetMs } from '../../../lib/backends/etcd/etcd-acquisition';
-import { createEtcdBackend } from '../../../lib/backends/etcd/etcd.backend';
 import { sleep } from '../../support/timing';
 import { etcdFixture, request, timerLateness, txnKind, within } from './etcd-test-kit';
 
@@ -23,21 +22,11 @@ describe('etcd backend: waiting in the queue', () => {
   const etcd = etcdFixture();
   let seq = 0;
   const newKey = () => `etcd-wait-${process.pid}-${++seq}`;
-  const newClient = () => {
-    const client = new Etcd3({ hosts: etcd.cluster.hosts });
-    etcd.clients.push(client);
-    return client;
-  };
-  const backend = (options: { sessionTtlMs?: number; client?: Etcd3 } = {}) => {
-    const created = createEtcdBackend({ type: 'etcd', ...(options.client ? { client: options.client } : { hosts: etcd.cluster.hosts }), sessionTtlMs: options.sessionTtlMs });
-    etcd.backends.push(created);
-    return created;
-  };
   /** A backend on a client of its own whose reads (a woken waiter's rechecks) are counted. */
   const counted = () => {
-    const client = newClient();
+    const client = etcd.client();
     const txn = client.kv.txn.bind(client.kv);
-    const counter = { reads: 0, locks: backend({ client }) };
+    const counter = { reads: 0, locks: etcd.backend({ client }) };
     client.kv.txn = (req, options) => {
       if (txnKind(req) === 'read') counter.reads++;
       return txn(req, options);
@@ -70,7 +59,7 @@ describe('etcd backend: waiting in the queue', () => {
 
   it('a waiter whose own key was deleted while it waited gets an error, never the lock', async () => {
     const key = newKey();
-    const [holderSide, waiterSide] = [backend(), backend()];
+    const [holderSide, waiterSide] = [etcd.backend(), etcd.backend()];
     const holder = await holderSide.acquire(request(key, 'holder'));
     const outcome = waiterSide.acquire(request(key, 'waiter')).then(
       () => 'granted',
@@ -90,9 +79,9 @@ describe('etcd backend: waiting in the queue', () => {
   it('a waiter whose watch never delivers still gets the lock, within the safety-net period', async () => {
     const key = newKey();
     const sessionTtlMs = 2_000;
-    const client = newClient();
+    const client = etcd.client();
     client.watch = silentWatch as unknown as Etcd3['watch'];
-    const [holderSide, waiterSide] = [backend(), backend({ client, sessionTtlMs })];
+    const [holderSide, waiterSide] = [etcd.backend(), etcd.backend({ client, sessionTtlMs })];
     const holder = await holderSide.acquire(request(key, 'holder'));
     const waiting = waiterSide.acquire(request(key, 'waiter'));
     await sleep(200);
@@ -113,7 +102,7 @@ describe('etcd backend: waiting in the queue', () => {
 
   it('removes a key whose put committed after its call failed, and wakes the waiter of the process behind it', async () => {
     const key = newKey();
-    const client = newClient();
+    const client = etcd.client();
     const txn = client.kv.txn.bind(client.kv);
     let latePut: Promise<unknown> | undefined;
     client.kv.txn = (req, options) => {
@@ -122,7 +111,7 @@ describe('etcd backend: waiting in the queue', () => {
       latePut = sleep(300).then(() => txn(req, options));
       return Promise.reject(new Error('simulated: the call failed while its put was in flight'));
     };
-    const locks = backend({ client });
+    const locks = etcd.backend({ client });
     const failedAt = Date.now();
     await assert.rejects(locks.acquire(request(key, 'failed')), /simulated/);
     await latePut;

@@ -6,7 +6,7 @@ import { createBackend } from '../../../lib/backends/create-backend';
 import { lockKeys } from '../../../lib/backends/redis/redis-keys';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { commandsExecuted, startRedisServer, type RedisServer } from '../../support/redis-server';
-import { abortedWithin, assertExclusive, FAULT_SUITE_TIMEOUT_MS, sleep, type HoldInterval } from '../../support/timing';
+import { abortedWithin, assertExclusive, eventually, FAULT_SUITE_TIMEOUT_MS, sleep, type HoldInterval } from '../../support/timing';
 
 /**
  * When the waiter right behind a holder in the Redis queue belongs to the same process, the
@@ -49,11 +49,7 @@ describe('redis backend: hand-over inside a process', { timeout: FAULT_SUITE_TIM
     const length = await inspector.llen(queueKey);
     const started = start();
     started.catch(() => undefined);
-    const deadline = Date.now() + 5_000;
-    while ((await inspector.llen(queueKey)) <= length) {
-      assert.ok(Date.now() < deadline, 'the waiter did not queue');
-      await sleep(2);
-    }
+    await eventually(async () => (await inspector.llen(queueKey)) > length, 5_000, 'the waiter to queue', 2);
     await sleep(20); // the acquire's reply has reached its process
     return { done: started };
   }
@@ -69,9 +65,11 @@ describe('redis backend: hand-over inside a process', { timeout: FAULT_SUITE_TIM
     for (const [i, process_] of plan.entries()) {
       const client = process_ === 'a' ? a : b;
       const { done } = await queue(name, () =>
-        client.withLock(name, (lock) => {
+        client.withLock(name, async (lock) => {
           granted.push(i);
           const start = process.hrtime.bigint();
+          // Held for a while: a hold of no length could not overlap another.
+          await sleep(5);
           intervals.push({ start, end: process.hrtime.bigint(), fencingToken: lock.fencingToken, holder: `waiter ${i} (${process_})` });
         }),
       );

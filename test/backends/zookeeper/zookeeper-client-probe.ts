@@ -50,6 +50,11 @@ const OPERATIONS: Record<number, string> = {
   [-11]: 'closeSession',
 };
 
+/** Whether a request kind counted by ClientTraffic is a keep-alive (heartbeat, ping), not lock work. */
+export function isKeepAlive(kind: string): boolean {
+  return kind === 'heartbeat' || kind === 'ping';
+}
+
 /**
  * Counts what a client does from now on: the requests it sends, by operation (the backend's
  * heartbeat, an `exists /`, and the client's own pings apart), and the watch events it receives.
@@ -88,7 +93,7 @@ export class ClientTraffic {
   /** Requests sent since the last reset, but for keep-alives (heartbeats, pings). */
   get requestsSent(): number {
     let total = 0;
-    for (const [kind, count] of this.requests) if (kind !== 'heartbeat' && kind !== 'ping') total += count;
+    for (const [kind, count] of this.requests) if (!isKeepAlive(kind)) total += count;
     return total;
   }
 

@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import { connect } from 'node:net';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { LockLostError, type LockService } from '../../../lib';
 import { createZooKeeperBackend } from '../../../lib/backends/zookeeper/create-zookeeper-backend';
@@ -8,7 +7,8 @@ import { lockNodeName } from '../../../lib/backends/zookeeper/zookeeper-paths';
 import { ZooKeeperSessionLostError } from '../../../lib/backends/zookeeper/zookeeper-session';
 import { HolderProcess } from '../../support/holder-process';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { abortedWithin, FAULT_SUITE_TIMEOUT_MS, sleep } from '../../support/timing';
+import { portAccepts } from '../../support/server-process';
+import { abortedWithin, eventually, FAULT_SUITE_TIMEOUT_MS, sleep } from '../../support/timing';
 import { startZooKeeperServer, type ZooKeeperServer } from '../../support/zookeeper-server';
 import { clientOf } from './zookeeper-client-probe';
 import { ZooKeeperFaultProxy } from './zookeeper-fault-proxy';
@@ -55,13 +55,8 @@ describe('ZooKeeper faults', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
   };
   const parentOf = (name: string) => `${ROOT}/${lockNodeName(`lock:${name}`)}`;
   /** Resolves once `count` lock nodes are queued under the name's parent. */
-  const queued = async (name: string, count: number) => {
-    const deadline = Date.now() + 10_000;
-    while ((await inspector.children(parentOf(name))).length !== count) {
-      assert.ok(Date.now() < deadline, `${count} lock nodes expected under ${parentOf(name)}`);
-      await sleep(10);
-    }
-  };
+  const queued = (name: string, count: number) =>
+    eventually(async () => (await inspector.children(parentOf(name))).length === count, 10_000, `${count} lock nodes under ${parentOf(name)}`, 10);
 
   it('a holder killed with SIGKILL frees the lock for a waiter within the session timeout + bound', async (t) => {
     const name = `sigkill-${Date.now()}`;
@@ -213,10 +208,12 @@ describe('ZooKeeper faults', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
       // deleted the old session's node (one session timeout), on a session opened for it.
       await held.release();
       const releasedAt = Date.now();
-      while ((await inspector.children(ROOT)).includes(lockNodeName(`lock:${name}`))) {
-        assert.ok(Date.now() - releasedAt < Math.max(PARENT_IDLE_MS, SESSION_TIMEOUT_MS) + BOUND_MS, 'the empty parent was left behind');
-        await sleep(20);
-      }
+      await eventually(
+        async () => !(await inspector.children(ROOT)).includes(lockNodeName(`lock:${name}`)),
+        Math.max(PARENT_IDLE_MS, SESSION_TIMEOUT_MS) + BOUND_MS,
+        'the empty parent to be removed: it was left behind',
+        20,
+      );
       t.diagnostic(`told ${toldAfterMs.toFixed(0)} ms after the session ended; parent removed ${Date.now() - releasedAt} ms after the release`);
     } finally {
       await proxy.stop();
@@ -228,15 +225,7 @@ describe('ZooKeeper faults', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
 async function firstAccepted(port: number, timeoutMs: number): Promise<number> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const accepted = await new Promise<boolean>((resolve) => {
-      const socket = connect({ host: '127.0.0.1', port });
-      socket.once('connect', () => {
-        socket.destroy();
-        resolve(true);
-      });
-      socket.once('error', () => resolve(false));
-    });
-    if (accepted) return Date.now();
+    if (await portAccepts(port)) return Date.now();
     assert.ok(Date.now() < deadline, `port ${port} did not accept within ${timeoutMs} ms`);
     await sleep(10);
   }

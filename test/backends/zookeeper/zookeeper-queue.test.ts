@@ -39,13 +39,8 @@ describe('ZooKeeper lock queue', () => {
   };
   const parentOf = (name: string) => `${ROOT}/${lockNodeName(`lock:${name}`)}`;
   const queueOf = async (name: string) => sortedLockNodes(await inspector.children(parentOf(name)));
-  const queued = async (name: string, length: number) => {
-    const deadline = Date.now() + 5_000;
-    while ((await queueOf(name)).length !== length) {
-      if (Date.now() > deadline) throw new Error(`expected ${length} lock nodes, found ${(await queueOf(name)).join(', ')}`);
-      await sleep(5);
-    }
-  };
+  const queued = (name: string, length: number) =>
+    eventually(async () => (await queueOf(name)).length === length, 5_000, async () => `${length} lock nodes, found ${(await queueOf(name)).join(', ')}`);
   /** The lock's token is its node's czxid, read by another client. */
   const assertTokenIsCzxid = async (name: string, lock: LockHandle) => {
     const [head] = await queueOf(name);
@@ -181,10 +176,12 @@ describe('ZooKeeper lock queue', () => {
       await inspector.remove(foreignHolder);
       const emptiedAt = Date.now();
       // Removed by this client, PARENT_IDLE_MS after it gave up (a little before emptiedAt), plus a delete.
-      while ((await inspector.children(ROOT)).includes(lockNodeName(`lock:${name}`))) {
-        assert.ok(Date.now() - emptiedAt < PARENT_IDLE_MS + 2_000, `the empty parent ${parentOf(name)} was left behind`);
-        await sleep(20);
-      }
+      await eventually(
+        async () => !(await inspector.children(ROOT)).includes(lockNodeName(`lock:${name}`)),
+        PARENT_IDLE_MS + 2_000,
+        `the empty parent ${parentOf(name)} to be removed: it was left behind`,
+        20,
+      );
       t.diagnostic(`parent removed ${Date.now() - emptiedAt} ms after it was emptied`);
     });
   }
