@@ -2,7 +2,7 @@ import { Redis } from 'ioredis';
 import Redlock from 'redlock';
 import { Mutex } from 'redis-semaphore';
 import type { LockService } from '../lib';
-import { createBackend } from '../lib/backends/create-backend';
+import { createBackend } from '../lib/backends/registry';
 import { lockServiceOver } from '../test/support/lock-service-factory';
 import { startRedisServer } from '../test/support/redis-server';
 import { printFlashSale } from './report';

@@ -1,5 +1,5 @@
 import { Module, type DynamicModule } from '@nestjs/common';
-import { createBackend } from './backends/create-backend';
+import { createBackend } from './backends/registry';
 import { LOCK_BACKEND } from './backends/lock-backend.token';
 import {
   ASYNC_OPTIONS_TYPE,
@@ -7,7 +7,7 @@ import {
   MODULE_OPTIONS_TOKEN,
   OPTIONS_TYPE,
 } from './distributed-lock.module-definition';
-import { resolveModuleOptions, type DistributedLockModuleOptions, type ResolvedModuleOptions } from './lock-options';
+import { backendSettings, resolveModuleOptions, type DistributedLockModuleOptions, type ResolvedModuleOptions } from './lock-options';
 import { RESOLVED_LOCK_OPTIONS } from './lock-options.token';
 import { LockService } from './lock.service';
 
@@ -25,7 +25,7 @@ import { LockService } from './lock.service';
     {
       provide: LOCK_BACKEND,
       inject: [RESOLVED_LOCK_OPTIONS],
-      useFactory: (options: ResolvedModuleOptions) => createBackend(options.backend),
+      useFactory: (options: ResolvedModuleOptions) => createBackend(options.backend, backendSettings(options)),
     },
     LockService,
   ],

@@ -41,8 +41,10 @@ export class LockTimeoutError extends DistributedLockError {
 export type LockLostReason =
   /** The backend answered a renewal: the lease is no longer ours. */
   | 'renewal-refused'
-  /** No renewal succeeded before the lease ran out (connection down, process paused). */
+  /** No renewal was tried in time before the lease ran out (the handler or process was paused, or ran past `renew: false`). */
   | 'lease-expired'
+  /** Renewals could not reach the server before the lease ran out: the server is down or cut off. */
+  | 'server-unreachable'
   /** The backend told us directly (session expired, key deleted by someone else). */
   | 'backend-reported'
   /** The module is shutting down and closed its backend. */
@@ -59,23 +61,50 @@ export class LockLostError extends DistributedLockError {
     readonly reason: LockLostReason,
     options?: { cause?: unknown },
   ) {
-    super(
-      `Lock "${key}" (fencing token ${fencingToken}) was lost before the critical section ended ` +
-        `(${reason}). Raise ttlMs if the handler runs longer than the lease, or set ` +
-        "onLockLost: 'ignore' if the handler checks its lock's signal itself.",
-      options,
-    );
+    super(`Lock "${key}" (fencing token ${fencingToken}) was lost before the critical section ended: ${LOST_ADVICE[reason]}${causeText(options?.cause)}`, options);
   }
 }
 
-/** A backend call failed for a transport or server reason; `cause` is the client's own error. */
+/** What each reason means for the user, and what to change, if anything. */
+const LOST_ADVICE: Record<LockLostReason, string> = {
+  'renewal-refused': 'the server no longer has this lease (it expired there or was taken over). Use the fencing token on writes so a stale holder is refused.',
+  'lease-expired':
+    "the lease ran out before it was renewed (the process was paused, or renew is false). Raise ttlMs if the handler runs longer than the lease, or set onLockLost: 'ignore' if the handler checks its lock's signal itself.",
+  'server-unreachable': 'the server could not be reached to renew the lease before it ran out. Check that the server is up and reachable; raising ttlMs only delays this.',
+  'backend-reported': 'the backend reported the lease gone (session expired, lock node or key deleted).',
+  'backend-closed': 'the application shut down while the lock was held.',
+};
+
+function causeText(cause: unknown): string {
+  return cause === undefined ? '' : ` (${describe(cause)})`;
+}
+
+/**
+ * A backend call failed for a transport or server reason; `cause` is the client's own error.
+ * `address` names the server(s) tried, as the backend was configured (never with a password).
+ */
 export class LockBackendError extends DistributedLockError {
   constructor(
     readonly backend: string,
     readonly operation: string,
     cause: unknown,
+    readonly address?: string,
   ) {
-    super(`${backend} backend failed to ${operation}: ${describe(cause)}`, { cause });
+    super(`${backend} backend${address ? ` (${address})` : ''} failed to ${operation}: ${describe(cause)}`, { cause });
+  }
+}
+
+/**
+ * The server could not be reached (down, refusing, paused or cut off) within the call's bound:
+ * `min(waitTimeoutMs, serverTimeoutMs)` for an acquisition, `serverTimeoutMs` otherwise.
+ */
+export class LockServerUnreachableError extends LockBackendError {
+  constructor(backend: string, operation: string, address: string, readonly waitedMs: number, cause?: unknown) {
+    super(backend, operation, cause ?? new Error('no answer'), address);
+    this.message =
+      `Could not reach the ${backend} server at ${address} to ${operation} within ${waitedMs} ms` +
+      `${cause === undefined ? '' : ` (${describe(cause)})`}. Check that the server is running and reachable from this process; ` +
+      'serverTimeoutMs sets how long a call waits for it.';
   }
 }
 

@@ -6,22 +6,25 @@ export { currentLock } from './lock-context';
 export type { LockKeyTemplate } from './lock-key';
 export {
   DEFAULT_KEY_PREFIX,
+  DEFAULT_SERVER_TIMEOUT_MS,
   DEFAULT_TTL_MS,
   DEFAULT_WAIT_TIMEOUT_MS,
   type AcquireOptions,
   type BackendOptions,
-  type CustomBackendOptions,
   type DistributedLockModuleOptions,
   type LockOptions,
-  type MemoryBackendOptions,
   type OnLockLost,
 } from './lock-options';
+export type { MemoryBackendOptions } from './backends/memory/memory.definition';
+export type { CustomBackendOptions } from './backends/custom/custom.definition';
+export type { BackendDefinition, BackendSettings } from './backends/backend-definition';
 export {
   DistributedLockError,
   LockBackendError,
   LockConfigError,
   LockKeyError,
   LockLostError,
+  LockServerUnreachableError,
   LockTimeoutError,
   type LockLostReason,
 } from './errors';

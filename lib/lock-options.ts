@@ -1,8 +1,11 @@
+import type { BackendSettings } from './backends/backend-definition';
+import { validateBackendOptions, type BackendOptions } from './backends/registry';
 import { LockConfigError } from './errors';
-import type { LockBackend } from './backends/lock-backend.interface';
-import type { ZooKeeperBackendOptions } from './backends/zookeeper/zookeeper-options';
-import type { RedisBackendOptions } from './backends/redis/redis-options';
-import type { EtcdBackendOptions } from './backends/etcd/etcd-options';
+import { DEFAULT_KEY_PREFIX, DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS, DEFAULT_WAIT_TIMEOUT_MS, MAX_TIMER_MS } from './lock-defaults';
+import { assertMilliseconds, rejectUnknownFields } from './option-checks';
+
+export { DEFAULT_KEY_PREFIX, DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS, DEFAULT_WAIT_TIMEOUT_MS, MAX_TIMER_MS };
+export type { BackendOptions };
 
 /** What to do when a decorated method or `withLock` callback finishes after its lock was lost. */
 export type OnLockLost = 'throw' | 'ignore';
@@ -33,24 +36,17 @@ export interface AcquireOptions extends LockOptions {
   signal?: AbortSignal;
 }
 
-export interface MemoryBackendOptions {
-  type: 'memory';
-}
-
-/** Bring your own implementation of the backend contract. The module closes it on shutdown. */
-export interface CustomBackendOptions {
-  type: 'custom';
-  backend: LockBackend;
-}
-
-/** Every backend the module can build; the backend issues add theirs here. */
-export type BackendOptions = MemoryBackendOptions | CustomBackendOptions | RedisBackendOptions | ZooKeeperBackendOptions | EtcdBackendOptions;
-
 export interface DistributedLockModuleOptions extends LockOptions {
   /** Default `{ type: 'memory' }`: the embedded in-process backend. */
   backend?: BackendOptions;
   /** Prepended to every lock name, to share a server between apps. Default 'lock:'. */
   keyPrefix?: string;
+  /**
+   * How long a call waits for the server (a connection, or the answer to a request with no wait
+   * of its own) before failing with LockServerUnreachableError naming it. Default 5000.
+   * An acquisition waits at most `min(waitTimeoutMs, serverTimeoutMs)` for an unreachable server.
+   */
+  serverTimeoutMs?: number;
 }
 
 export interface ResolvedLockOptions {
@@ -64,32 +60,34 @@ export interface ResolvedLockOptions {
 export interface ResolvedModuleOptions extends ResolvedLockOptions {
   readonly backend: BackendOptions;
   readonly keyPrefix: string;
+  readonly serverTimeoutMs: number;
 }
 
-export const DEFAULT_TTL_MS = 30_000;
-export const DEFAULT_WAIT_TIMEOUT_MS = 10_000;
-export const DEFAULT_KEY_PREFIX = 'lock:';
-/** Node clamps a longer timer to 1 ms: a 30-day ttl would expire at once. About 24.8 days. */
-export const MAX_TIMER_MS = 2 ** 31 - 1;
-const KNOWN_BACKENDS = ['memory', 'custom', 'redis', 'zookeeper', 'etcd'];
+/** The options a call may give (@WithLock, withLock, acquire, tryAcquire); `signal` where it waits. */
+const LOCK_OPTION_FIELDS = ['ttlMs', 'renewIntervalMs', 'renew', 'waitTimeoutMs', 'onLockLost'] as const;
+const ACQUIRE_OPTION_FIELDS = [...LOCK_OPTION_FIELDS, 'signal'];
+const MODULE_OPTION_FIELDS = [...LOCK_OPTION_FIELDS, 'backend', 'keyPrefix', 'serverTimeoutMs'];
 
 /** Validates the module options at startup, so a typo fails the boot, not the first request. */
 export function resolveModuleOptions(options: DistributedLockModuleOptions = {}): ResolvedModuleOptions {
   if (typeof options !== 'object' || options === null) {
     throw new LockConfigError('options', 'DistributedLockModule.forRoot() takes an options object.');
   }
-  const backend = options.backend ?? { type: 'memory' };
-  if (typeof backend !== 'object' || !KNOWN_BACKENDS.includes((backend as { type: string }).type)) {
-    throw new LockConfigError(
-      'backend.type',
-      `"${(backend as { type?: unknown })?.type}" is not a backend; use one of ${KNOWN_BACKENDS.map((t) => `'${t}'`).join(', ')}.`,
-    );
-  }
+  rejectUnknownFields(options, MODULE_OPTION_FIELDS, 'a DistributedLockModule');
+  const backend: BackendOptions = options.backend ?? { type: 'memory' };
+  validateBackendOptions(backend);
   const keyPrefix = options.keyPrefix ?? DEFAULT_KEY_PREFIX;
   if (typeof keyPrefix !== 'string' || Buffer.byteLength(keyPrefix) > 128) {
     throw new LockConfigError('keyPrefix', 'must be a string of at most 128 bytes.');
   }
-  return { backend, keyPrefix, ...resolveLockOptions(options, DEFAULT_LOCK_OPTIONS) };
+  const serverTimeoutMs = options.serverTimeoutMs ?? DEFAULT_SERVER_TIMEOUT_MS;
+  assertMilliseconds('serverTimeoutMs', serverTimeoutMs, (ms) => ms > 0 && ms <= MAX_TIMER_MS, `above 0 and at most ${MAX_TIMER_MS} milliseconds`);
+  return { backend, keyPrefix, serverTimeoutMs, ...resolveLockOptions(options, DEFAULT_LOCK_OPTIONS, MODULE_OPTION_FIELDS) };
+}
+
+/** What a backend built by the module follows (see BackendSettings). */
+export function backendSettings(options: ResolvedModuleOptions): BackendSettings {
+  return { ttlMs: options.ttlMs, serverTimeoutMs: options.serverTimeoutMs };
 }
 
 /** The defaults of every per-call option, before the module's options apply. */
@@ -101,28 +99,31 @@ export const DEFAULT_LOCK_OPTIONS: ResolvedLockOptions = {
   onLockLost: 'throw',
 };
 
-/** Merges per-call options over the module's, validating what the call changed. */
-export function resolveLockOptions(options: LockOptions | undefined, defaults: ResolvedLockOptions): ResolvedLockOptions {
+/**
+ * Merges per-call options over the module's, validating what the call changed. `known`: the
+ * fields this caller may give (`signal` only where the call waits).
+ */
+export function resolveLockOptions(
+  options: LockOptions | undefined,
+  defaults: ResolvedLockOptions,
+  known: readonly string[] = ACQUIRE_OPTION_FIELDS,
+): ResolvedLockOptions {
   if (!options) return defaults;
+  if (typeof options !== 'object') throw new LockConfigError('options', `must be an object of lock options, got ${String(options)}.`);
+  rejectUnknownFields(options, known, 'a lock');
   const ttlMs = options.ttlMs ?? defaults.ttlMs;
   assertTtl('ttlMs', ttlMs);
   const renewIntervalMs = options.renewIntervalMs ?? (options.ttlMs === undefined ? defaults.renewIntervalMs : undefined);
-  if (
-    renewIntervalMs !== undefined &&
-    (typeof renewIntervalMs !== 'number' || !(renewIntervalMs > 0) || renewIntervalMs >= ttlMs)
-  ) {
-    throw new LockConfigError(
-      'renewIntervalMs',
-      `must be above 0 and below ttlMs (${ttlMs}), got ${String(renewIntervalMs)}; leave it unset for ttlMs / 3.`,
-    );
+  if (renewIntervalMs !== undefined) {
+    assertMilliseconds('renewIntervalMs', renewIntervalMs, (ms) => ms > 0 && ms < ttlMs, `above 0 and below ttlMs (${ttlMs}); leave it unset for ttlMs / 3`);
   }
   const waitTimeoutMs = options.waitTimeoutMs ?? defaults.waitTimeoutMs;
-  if (typeof waitTimeoutMs !== 'number' || !(waitTimeoutMs >= 0) || (waitTimeoutMs > MAX_TIMER_MS && waitTimeoutMs !== Infinity)) {
-    throw new LockConfigError(
-      'waitTimeoutMs',
-      `must be 0 to ${MAX_TIMER_MS} milliseconds, or Infinity to wait forever, got ${String(waitTimeoutMs)}.`,
-    );
-  }
+  assertMilliseconds(
+    'waitTimeoutMs',
+    waitTimeoutMs,
+    (ms) => ms >= 0 && (ms <= MAX_TIMER_MS || ms === Infinity),
+    `0 to ${MAX_TIMER_MS} milliseconds, or Infinity to wait forever`,
+  );
   const renew = options.renew ?? defaults.renew;
   if (typeof renew !== 'boolean') throw new LockConfigError('renew', `must be true or false, got ${String(renew)}.`);
   const onLockLost = options.onLockLost ?? defaults.onLockLost;
@@ -134,7 +135,8 @@ export function resolveLockOptions(options: LockOptions | undefined, defaults: R
 
 /** A lease length: what `ttlMs` and `extend(ttlMs)` accept. */
 export function assertTtl(option: string, ttlMs: unknown): asserts ttlMs is number {
-  if (typeof ttlMs !== 'number' || !(ttlMs > 0) || ttlMs > MAX_TIMER_MS) {
-    throw new LockConfigError(option, `must be above 0 and at most ${MAX_TIMER_MS} milliseconds (about 24.8 days), got ${String(ttlMs)}.`);
-  }
+  assertMilliseconds(option, ttlMs, (ms) => ms > 0 && ms <= MAX_TIMER_MS, `above 0 and at most ${MAX_TIMER_MS} milliseconds (about 24.8 days)`);
 }
+
+/** The fields @WithLock and tryAcquire accept (no `signal`: they take none). */
+export const CALL_OPTION_FIELDS: readonly string[] = LOCK_OPTION_FIELDS;

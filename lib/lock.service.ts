@@ -9,6 +9,7 @@ import { LockHandle } from './lock-handle';
 import { assertLockName, toBackendKey } from './lock-key';
 import { LockLease } from './lock-lease';
 import {
+  CALL_OPTION_FIELDS,
   resolveLockOptions,
   type AcquireOptions,
   type LockOptions,
@@ -68,7 +69,7 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
 
   /** Takes the lock only if it is free now (or re-entered); `null` otherwise. Never waits. */
   tryAcquire(name: string, options?: LockOptions): Promise<LockHandle | null> {
-    return this.take(name, resolveLockOptions(options, this.options), undefined, 'LockService.tryAcquire', false);
+    return this.take(name, resolveLockOptions(options, this.options, CALL_OPTION_FIELDS), undefined, 'LockService.tryAcquire', false);
   }
 
   /**

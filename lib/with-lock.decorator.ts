@@ -1,5 +1,5 @@
 import { compileLockKey, type LockKeyTemplate } from './lock-key';
-import { DEFAULT_LOCK_OPTIONS, MAX_TIMER_MS, resolveLockOptions, type LockOptions } from './lock-options';
+import { CALL_OPTION_FIELDS, DEFAULT_LOCK_OPTIONS, MAX_TIMER_MS, resolveLockOptions, type LockOptions } from './lock-options';
 import { LockService } from './lock.service';
 
 /**
@@ -23,7 +23,7 @@ export function WithLock(template: LockKeyTemplate, options?: LockOptions): Meth
     const resolveName = compileLockKey(template, method);
     // A bad option fails here, when the class is defined. The module's ttl is not known yet,
     // so renewIntervalMs is checked against the call's own ttlMs only (again at each call).
-    resolveLockOptions(options, { ...DEFAULT_LOCK_OPTIONS, ttlMs: MAX_TIMER_MS });
+    resolveLockOptions(options, { ...DEFAULT_LOCK_OPTIONS, ttlMs: MAX_TIMER_MS }, CALL_OPTION_FIELDS);
     const wrapped = new Proxy(original, {
       apply(fn, thisArg, args: unknown[]) {
         let name: string;

@@ -15,6 +15,19 @@ export interface LockBackend {
   readonly maxKeyBytes: number;
 
   /**
+   * The server(s) as errors show them, e.g. '127.0.0.1:6379' (never a password); omitted by an
+   * in-process backend.
+   */
+  readonly address?: string;
+
+  /**
+   * Why the server cannot be reached right now (the client's own error), or undefined when it
+   * can or the backend cannot tell. Asked when a wait ends without a grant, so that the caller is
+   * told the server is down (LockServerUnreachableError) rather than that the lock was busy.
+   */
+  unreachable?(): Error | undefined;
+
+  /**
    * Wait, first come first served, until the lock is granted to `request.owner`.
    * When `request.signal` aborts first, the backend leaves the queue (and releases a grant that
    * raced with the abort) and rejects with the signal's reason.

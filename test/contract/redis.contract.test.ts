@@ -1,4 +1,4 @@
-import { createBackend } from '../../lib/backends/create-backend';
+import { createBackend } from '../../lib/backends/registry';
 import { startRedisServer } from '../support/redis-server';
 import { runLockContract } from './lock-backend.contract';
 

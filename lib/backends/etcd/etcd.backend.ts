@@ -1,5 +1,6 @@
 import type { Etcd3, IKeyValue, ITxnRequest, ITxnResponse } from 'etcd3';
 import { DistributedLockError, LockBackendError } from '../../errors';
+import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
 import { loadPeer } from '../load-peer';
 import { EtcdAcquisition, watchSafetyNetMs } from './etcd-acquisition';
@@ -347,7 +348,7 @@ export class EtcdLockBackend implements LockBackend {
 }
 
 /** Validates before any I/O, then loads etcd3 (only now: it is an optional peer). */
-export function createEtcdBackend(options: EtcdBackendOptions): EtcdLockBackend {
+export function createEtcdBackend(options: EtcdBackendOptions, _settings?: BackendSettings): EtcdLockBackend {
   validateEtcdOptions(options);
   if (options.client) return new EtcdLockBackend(options.client as unknown as Etcd3, false, sessionTtlSeconds(options.sessionTtlMs));
   const { Etcd3: Client } = loadPeer<typeof import('etcd3')>('etcd3', 'etcd');

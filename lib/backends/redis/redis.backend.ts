@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import { DistributedLockError } from '../../errors';
+import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
 import { LocalSuccessors } from './local-successors';
 import { RedisWaiter, type WaiterEvents } from './redis-waiter';
@@ -444,6 +445,6 @@ export class RedisLockBackend implements LockBackend {
 const ownerValue = (fence: bigint | string, owner: string) => `${fence} ${owner}`;
 
 /** Builds the backend for `{ type: 'redis', ... }`; used by createBackend, loaded only when chosen. */
-export function createRedisBackend(options: RedisBackendOptions): Promise<RedisLockBackend> {
+export function createRedisBackend(options: RedisBackendOptions, _settings?: BackendSettings): Promise<RedisLockBackend> {
   return RedisLockBackend.open(options);
 }

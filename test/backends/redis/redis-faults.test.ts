@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { LockLostError, type LockService } from '../../../lib';
-import { createBackend } from '../../../lib/backends/create-backend';
+import { createBackend } from '../../../lib/backends/registry';
 import { RedisStockStore } from '../../../sample-app/inventory/redis-stock.store';
 import { HolderProcess } from '../../support/holder-process';
 import { lockServiceOver } from '../../support/lock-service-factory';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import type { LockService } from '../../../lib';
-import { createBackend } from '../../../lib/backends/create-backend';
+import { createBackend } from '../../../lib/backends/registry';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { commandsExecuted, startRedisServer, type RedisServer } from '../../support/redis-server';
 import { eventually } from '../../support/timing';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { LockLostError, type LockBackend, type LockGrant } from '../../../lib';
-import { createBackend } from '../../../lib/backends/create-backend';
+import { createBackend } from '../../../lib/backends/registry';
 import { lockKeys } from '../../../lib/backends/redis/redis-keys';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { startRedisServer, type RedisServer } from '../../support/redis-server';

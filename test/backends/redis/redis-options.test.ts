@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { LockConfigError, type BackendOptions } from '../../../lib';
-import { createBackend } from '../../../lib/backends/create-backend';
+import { createBackend } from '../../../lib/backends/registry';
 import { resolveModuleOptions } from '../../../lib/lock-options';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { startRedisServer, type RedisServer } from '../../support/redis-server';

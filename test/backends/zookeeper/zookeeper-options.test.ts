@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { createServer, type Server } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { LockBackendError, LockConfigError } from '../../../lib';
-import { createBackend } from '../../../lib/backends/create-backend';
+import { createBackend } from '../../../lib/backends/registry';
 import { createZooKeeperBackend } from '../../../lib/backends/zookeeper/create-zookeeper-backend';
 import type { ZooKeeperBackendOptions } from '../../../lib/backends/zookeeper/zookeeper-options';
 import { resolveModuleOptions } from '../../../lib/lock-options';

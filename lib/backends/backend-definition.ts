@@ -1,0 +1,29 @@
+import type { LockBackend } from './lock-backend.interface';
+
+/** What the module knows when it builds a backend: the defaults a session-based backend follows. */
+export interface BackendSettings {
+  /** The module's `ttlMs`: etcd and ZooKeeper size their session from it unless told otherwise. */
+  readonly ttlMs: number;
+  /** The module's `serverTimeoutMs`: how long a connection or a request may go unanswered. */
+  readonly serverTimeoutMs: number;
+}
+
+/**
+ * One backend, as its folder exports it: the registry (backends/registry.ts) is a list of these,
+ * so adding a backend is a folder and one line there.
+ */
+export interface BackendDefinition<Options extends { type: string }> {
+  readonly type: Options['type'];
+  /** Checks the options before any I/O; throws LockConfigError naming the field to change. */
+  validate(options: Options): void;
+  /**
+   * Builds the backend, loading its client library only now (an optional peer). Never waits for
+   * the server: a backend connects in the background and bounds its first calls instead.
+   */
+  create(options: Options, settings: BackendSettings): LockBackend | Promise<LockBackend>;
+}
+
+/** Types a definition without widening its `type` literal. */
+export function defineBackend<Options extends { type: string }>(definition: BackendDefinition<Options>): BackendDefinition<Options> {
+  return definition;
+}

@@ -1,0 +1,9 @@
+import { defineBackend } from '../backend-definition';
+import { validateEtcdOptions, type EtcdBackendOptions } from './etcd-options';
+
+export const etcdBackend = defineBackend<EtcdBackendOptions>({
+  type: 'etcd',
+  validate: validateEtcdOptions,
+  // Imported only when chosen, so an app on another backend never loads this code or etcd3.
+  create: async (options, settings) => (await import('./etcd.backend')).createEtcdBackend(options, settings),
+});

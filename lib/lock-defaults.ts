@@ -1,0 +1,7 @@
+/** The defaults of the module's options, in one place so backends can follow them too. */
+export const DEFAULT_TTL_MS = 30_000;
+export const DEFAULT_WAIT_TIMEOUT_MS = 10_000;
+export const DEFAULT_SERVER_TIMEOUT_MS = 5_000;
+export const DEFAULT_KEY_PREFIX = 'lock:';
+/** Node clamps a longer timer to 1 ms: a 30-day ttl would expire at once. About 24.8 days. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
