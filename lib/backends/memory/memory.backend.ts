@@ -1,5 +1,6 @@
-import { DistributedLockError } from '../../errors';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
+import { BackendLifecycle } from '../backend-lifecycle';
+import { PendingWait } from '../pending-wait';
 import { MemoryLockStore, type MemoryWaiter } from './memory-lock-store';
 
 /**
@@ -9,55 +10,46 @@ import { MemoryLockStore, type MemoryWaiter } from './memory-lock-store';
 export class MemoryLockBackend implements LockBackend {
   readonly name = 'memory';
   readonly maxKeyBytes = 1024;
-  private readonly waiting = new Set<{ waiter: MemoryWaiter; reject: (reason: unknown) => void }>();
+  private readonly lifecycle = new BackendLifecycle('memory');
+  private readonly waiting = new Set<{ waiter: MemoryWaiter; wait: PendingWait<LockGrant> }>();
   private readonly held = new Map<string, LockGrant>();
-  private closed = false;
 
   constructor(private readonly store = new MemoryLockStore()) {}
 
   async acquire(request: AcquireRequest): Promise<LockGrant> {
-    this.assertOpen();
+    this.lifecycle.assertOpen();
     const { key, owner, ttlMs } = request;
-    return new Promise<LockGrant>((resolve, reject) => {
-      const entry = {
-        waiter: {
-          owner,
-          ttlMs,
-          cancelled: false,
-          onGrant: (grant: LockGrant) => {
-            settle();
-            resolve(this.track(grant));
-          },
+    const wait = new PendingWait<LockGrant>();
+    const entry = {
+      wait,
+      waiter: {
+        owner,
+        ttlMs,
+        cancelled: false,
+        onGrant: (grant: LockGrant) => {
+          this.waiting.delete(entry);
+          wait.resolve(this.track(grant));
         },
-        reject,
-      };
-      const onAbort = () => {
-        entry.waiter.cancelled = true;
-        settle();
-        reject(signal.reason);
-      };
-      const settle = () => {
-        this.waiting.delete(entry);
-        signal.removeEventListener('abort', onAbort);
-      };
-      const grant = this.store.take(key, owner, ttlMs, entry.waiter);
-      if (grant) return resolve(this.track(grant));
-      // Looked at only once queued: a lock granted at once never needs it (see AcquireRequest.signal).
-      const signal = request.signal;
-      if (signal.aborted) return onAbort();
-      this.waiting.add(entry);
-      signal.addEventListener('abort', onAbort, { once: true });
+      },
+    };
+    const grant = this.store.take(key, owner, ttlMs, entry.waiter);
+    if (grant) return this.track(grant);
+    this.waiting.add(entry);
+    wait.listen(request.signal, () => {
+      entry.waiter.cancelled = true;
+      this.waiting.delete(entry);
     });
+    return wait.promise;
   }
 
   async tryAcquire({ key, owner, ttlMs }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
-    this.assertOpen();
+    this.lifecycle.assertOpen();
     const grant = this.store.take(key, owner, ttlMs);
     return grant && this.track(grant);
   }
 
   async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
-    return !this.closed && this.store.renew(grant.key, grant.owner, ttlMs);
+    return this.lifecycle.isOpen && this.store.renew(grant.key, grant.owner, ttlMs);
   }
 
   async release(grant: LockGrant): Promise<void> {
@@ -66,14 +58,14 @@ export class MemoryLockBackend implements LockBackend {
   }
 
   async close(): Promise<void> {
-    this.closed = true;
-    const closedError = new DistributedLockError('The memory lock backend was closed while waiting.');
-    for (const { waiter, reject } of this.waiting) {
+    if (!this.lifecycle.beginClose()) return;
+    const closedError = this.lifecycle.closedWhileWaiting();
+    for (const { waiter, wait } of this.waiting) {
       waiter.cancelled = true;
-      reject(closedError);
+      wait.reject(closedError);
     }
     this.waiting.clear();
-    const heldError = new DistributedLockError('The memory lock backend was closed while the lock was held.');
+    const heldError = this.lifecycle.closedWhileHeld();
     for (const grant of this.held.values()) this.store.revoke(grant.key, grant.owner, heldError);
     this.held.clear();
   }
@@ -81,9 +73,5 @@ export class MemoryLockBackend implements LockBackend {
   private track(grant: LockGrant): LockGrant {
     this.held.set(grant.owner, grant);
     return grant;
-  }
-
-  private assertOpen(): void {
-    if (this.closed) throw new DistributedLockError('The memory lock backend is closed.');
   }
 }
