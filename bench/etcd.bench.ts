@@ -1,7 +1,7 @@
 import { Etcd3, EtcdLockFailedError } from 'etcd3';
 import { createEtcdBackend } from '../lib/backends/etcd/etcd.backend';
-import { EtcdCluster } from '../test/support/etcd-server';
-import { lockServiceOver } from '../test/support/lock-service-factory';
+import { EtcdCluster } from '../servers/etcd-server';
+import { lockServiceOver } from './lock-services';
 import { printFlashSale } from './report';
 import { formatRatio, median, pairedRatio } from './stats';
 import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner } from './workloads';

@@ -1,5 +1,5 @@
 import { MemoryLockBackend, MemoryLockStore } from '../lib';
-import { lockServiceOver } from '../test/support/lock-service-factory';
+import { lockServiceOver } from './lock-services';
 import { flashSale, medianFlashSale, uncontendedCycles, type LockRunner } from './workloads';
 import { printFlashSale } from './report';
 

@@ -1,10 +1,10 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { createClient, CreateMode, type Client, type Exception } from 'node-zookeeper-client';
 import type { LockBackend, LockService } from '../lib';
 import { createZooKeeperBackend } from '../lib/backends/zookeeper/create-zookeeper-backend';
 import { ClientTraffic, clientOf, isKeepAlive, watchedPaths } from '../test/backends/zookeeper/zookeeper-client-probe';
-import { lockServiceOver } from '../test/support/lock-service-factory';
-import { sleep } from '../test/support/timing';
-import { startZooKeeperServer } from '../test/support/zookeeper-server';
+import { lockServiceOver } from './lock-services';
+import { startZooKeeperServer } from '../servers/zookeeper-server';
 import { printFlashSale } from './report';
 import { formatRatio, median, percentile } from './stats';
 import { flashSale, medianFlashSale, uncontendedCycles, type FlashSaleResult, type LockRunner } from './workloads';

@@ -1,4 +1,4 @@
-import { EtcdCluster } from '../../test/support/etcd-server';
+import { EtcdCluster } from '../../servers/etcd-server';
 import { EtcdStockStore } from '../inventory/etcd-stock.store';
 import type { Connection, SampleBackend } from './sample-backend';
 

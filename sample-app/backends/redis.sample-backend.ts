@@ -1,4 +1,4 @@
-import { startRedisServer } from '../../test/support/redis-server';
+import { startRedisServer } from '../../servers/redis-server';
 import { RedisStockStore } from '../inventory/redis-stock.store';
 import type { SampleBackend } from './sample-backend';
 

@@ -1,4 +1,4 @@
-import { startZooKeeperServer } from '../../test/support/zookeeper-server';
+import { startZooKeeperServer } from '../../servers/zookeeper-server';
 import { ZooKeeperStockStore } from '../inventory/zookeeper-stock.store';
 import type { SampleBackend } from './sample-backend';
 

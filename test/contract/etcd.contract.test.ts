@@ -1,5 +1,5 @@
 import { createEtcdBackend } from '../../lib/backends/etcd/etcd.backend';
-import { EtcdCluster } from '../support/etcd-server';
+import { EtcdCluster } from '../../servers/etcd-server';
 import { runLockContract } from './lock-backend.contract';
 
 // The lock ttls of the contract are enforced by each holder's local deadline (it releases its

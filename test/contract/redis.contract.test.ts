@@ -1,5 +1,5 @@
 import { createBackend } from '../../lib/backends/registry';
-import { startRedisServer } from '../support/redis-server';
+import { startRedisServer } from '../../servers/redis-server';
 import { runLockContract } from './lock-backend.contract';
 
 runLockContract({

@@ -1,5 +1,5 @@
 import { createZooKeeperBackend } from '../../lib/backends/zookeeper/create-zookeeper-backend';
-import { startZooKeeperServer } from '../support/zookeeper-server';
+import { startZooKeeperServer } from '../../servers/zookeeper-server';
 import { runLockContract } from './lock-backend.contract';
 
 runLockContract({

@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { Etcd3, Range } from 'etcd3';
 import { DEFAULT_KEY_PREFIX } from '../../../lib';
 import { createEtcdBackend, type EtcdLockBackend } from '../../../lib/backends/etcd/etcd.backend';
-import { EtcdCluster } from '../../support/etcd-server';
+import { EtcdCluster } from '../../../servers/etcd-server';
 
 const never = new AbortController().signal;
 const request = (key: string, owner: string) => ({ key, owner, ttlMs: 10_000, signal: never });

@@ -3,7 +3,7 @@ import { after, afterEach, before, describe, it } from 'node:test';
 import { Etcd3 } from 'etcd3';
 import type { LockService } from '../../../lib';
 import { createEtcdBackend, type EtcdLockBackend } from '../../../lib/backends/etcd/etcd.backend';
-import { EtcdCluster } from '../../support/etcd-server';
+import { EtcdCluster } from '../../../servers/etcd-server';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { abortedWithin, assertExclusive, FAULT_SUITE_TIMEOUT_MS, sleep, type HoldInterval } from '../../support/timing';
 import { request, timerLateness } from './etcd-test-kit';

@@ -1,5 +1,5 @@
 import { after, before, describe, it } from 'node:test';
-import { EtcdCluster } from '../../support/etcd-server';
+import { EtcdCluster } from '../../../servers/etcd-server';
 import { assertSoldExactly, assertWentWrong, runCrossProcessSale } from '../../support/cross-process-sale';
 
 /**

@@ -7,8 +7,8 @@ import { NestFactory } from '@nestjs/core';
 import { Etcd3 } from 'etcd3';
 import { DistributedLockModule, LockConfigError, type EtcdBackendOptions } from '../../../lib';
 import { createEtcdBackend } from '../../../lib/backends/etcd/etcd.backend';
-import { EtcdCluster } from '../../support/etcd-server';
-import { freePort } from '../../support/free-port';
+import { EtcdCluster } from '../../../servers/etcd-server';
+import { freePort } from '../../../servers/free-port';
 
 describe('etcd backend options', () => {
   // A port that counts connections: no bad option may cause one.

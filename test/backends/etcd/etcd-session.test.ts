@@ -4,7 +4,7 @@ import { after, before, describe, it } from 'node:test';
 import { Etcd3 } from 'etcd3';
 import { LockTimeoutError } from '../../../lib';
 import { createEtcdBackend } from '../../../lib/backends/etcd/etcd.backend';
-import { freePort } from '../../support/free-port';
+import { freePort } from '../../../servers/free-port';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { etcdFixture, request, within } from './etcd-test-kit';
 

@@ -3,7 +3,7 @@ import { after, afterEach, before } from 'node:test';
 import { Etcd3, type ITxnRequest } from 'etcd3';
 import type { AcquireRequest, LockBackend } from '../../../lib';
 import { createEtcdBackend, type EtcdLockBackend } from '../../../lib/backends/etcd/etcd.backend';
-import { EtcdCluster } from '../../support/etcd-server';
+import { EtcdCluster } from '../../../servers/etcd-server';
 
 /** Helpers shared by the etcd backend tests. */
 

@@ -5,7 +5,7 @@ import type { LockService } from '../../../lib';
 import { createBackend } from '../../../lib/backends/registry';
 import { keyList, lockKeys } from '../../../lib/backends/redis/redis-keys';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { startRedisServer, type RedisServer } from '../../support/redis-server';
+import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
 import { sleep } from '../../support/timing';
 
 /** Names that would break a naive `{name}` tag: a `}` ends the tag early, `{}` disables it. */

@@ -4,11 +4,11 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { LockBackendError, type LockBackend } from '../../../lib';
 import { createRedisBackend, type RedisLockBackend } from '../../../lib/backends/redis/redis.backend';
-import { freePort } from '../../support/free-port';
+import { freePort } from '../../../servers/free-port';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { startRedisServer, type RedisServer } from '../../support/redis-server';
-import { ServerProcess } from '../../support/server-process';
-import { inTempDir } from '../../support/temp-dir-server';
+import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
+import { ServerProcess } from '../../../servers/server-process';
+import { inTempDir } from '../../../servers/temp-dir-server';
 import { sleep } from '../../support/timing';
 
 const never = new AbortController().signal;

@@ -7,7 +7,7 @@ import { createBackend } from '../../../lib/backends/registry';
 import { RedisStockStore } from '../../../sample-app/inventory/redis-stock.store';
 import { HolderProcess } from '../../support/holder-process';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { startRedisServer, type RedisServer } from '../../support/redis-server';
+import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
 import { abortedWithin, assertExclusive, FAULT_SUITE_TIMEOUT_MS, sleep, type HoldInterval } from '../../support/timing';
 
 /** Lease of the fault tests: short, so each test takes about a second. */

@@ -1,6 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import { assertSoldExactly, assertWentWrong, runCrossProcessSale } from '../../support/cross-process-sale';
-import { startRedisServer, type RedisServer } from '../../support/redis-server';
+import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
 
 /**
  * The sample app's flash sale across 4 processes, each its own Nest app, on one Redis: the stock

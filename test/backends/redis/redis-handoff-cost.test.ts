@@ -4,7 +4,7 @@ import { Redis } from 'ioredis';
 import type { LockService } from '../../../lib';
 import { createBackend } from '../../../lib/backends/registry';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { commandsExecuted, startRedisServer, type RedisServer } from '../../support/redis-server';
+import { commandsExecuted, startRedisServer, type RedisServer } from '../../../servers/redis-server';
 import { eventually } from '../../support/timing';
 
 /**

@@ -5,7 +5,7 @@ import { LockLostError, type LockBackend, type LockGrant } from '../../../lib';
 import { createBackend } from '../../../lib/backends/registry';
 import { lockKeys } from '../../../lib/backends/redis/redis-keys';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { startRedisServer, type RedisServer } from '../../support/redis-server';
+import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
 import { abortedWithin, sleep } from '../../support/timing';
 
 /** What only the Redis backend does: its grant messages, its give-up path and its lost signal. */

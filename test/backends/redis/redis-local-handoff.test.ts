@@ -5,7 +5,7 @@ import { LockLostError, type LockHandle, type LockService } from '../../../lib';
 import { createBackend } from '../../../lib/backends/registry';
 import { lockKeys } from '../../../lib/backends/redis/redis-keys';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { commandsExecuted, startRedisServer, type RedisServer } from '../../support/redis-server';
+import { commandsExecuted, startRedisServer, type RedisServer } from '../../../servers/redis-server';
 import { abortedWithin, assertExclusive, eventually, FAULT_SUITE_TIMEOUT_MS, sleep, type HoldInterval } from '../../support/timing';
 
 /**

@@ -5,7 +5,7 @@ import { LockConfigError, type BackendOptions } from '../../../lib';
 import { createBackend } from '../../../lib/backends/registry';
 import { resolveModuleOptions } from '../../../lib/lock-options';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { startRedisServer, type RedisServer } from '../../support/redis-server';
+import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
 
 describe('redis backend options', () => {
   it('rejects bad options with LockConfigError naming the option, before any connection', async () => {

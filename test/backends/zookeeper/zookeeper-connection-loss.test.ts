@@ -4,7 +4,7 @@ import type { LockHandle } from '../../../lib';
 import { createZooKeeperBackend } from '../../../lib/backends/zookeeper/create-zookeeper-backend';
 import { lockNodeName } from '../../../lib/backends/zookeeper/zookeeper-paths';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { startZooKeeperServer, type ZooKeeperServer } from '../../support/zookeeper-server';
+import { startZooKeeperServer, type ZooKeeperServer } from '../../../servers/zookeeper-server';
 import { OP_MULTI, ZooKeeperFaultProxy } from './zookeeper-fault-proxy';
 import { ZooKeeperInspector } from './zookeeper-inspect';
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { assertSoldExactly, assertWentWrong, runCrossProcessSale } from '../../support/cross-process-sale';
-import { startZooKeeperServer, type ZooKeeperServer } from '../../support/zookeeper-server';
+import { startZooKeeperServer, type ZooKeeperServer } from '../../../servers/zookeeper-server';
 import { ZooKeeperInspector } from './zookeeper-inspect';
 
 /**

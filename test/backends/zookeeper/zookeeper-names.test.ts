@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { createZooKeeperBackend } from '../../../lib/backends/zookeeper/create-zookeeper-backend';
 import { invalidPathReason, lockNodeName, MAX_ENCODED_NAME_CHARS } from '../../../lib/backends/zookeeper/zookeeper-paths';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { startZooKeeperServer, type ZooKeeperServer } from '../../support/zookeeper-server';
+import { startZooKeeperServer, type ZooKeeperServer } from '../../../servers/zookeeper-server';
 import { ZooKeeperInspector } from './zookeeper-inspect';
 
 /** Names a path-based store could get wrong: separators, relative segments, the reserved node, bytes ZooKeeper refuses. */

@@ -8,7 +8,7 @@ import { createZooKeeperBackend } from '../../../lib/backends/zookeeper/create-z
 import type { ZooKeeperBackendOptions } from '../../../lib/backends/zookeeper/zookeeper-options';
 import { resolveModuleOptions } from '../../../lib/lock-options';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { startZooKeeperServer, type ZooKeeperServer } from '../../support/zookeeper-server';
+import { startZooKeeperServer, type ZooKeeperServer } from '../../../servers/zookeeper-server';
 import { ZooKeeperInspector } from './zookeeper-inspect';
 
 describe('ZooKeeper options', () => {

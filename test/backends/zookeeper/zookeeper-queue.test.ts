@@ -6,7 +6,7 @@ import { PARENT_IDLE_MS } from '../../../lib/backends/zookeeper/zookeeper-parent
 import { lockNodeName, sortedLockNodes } from '../../../lib/backends/zookeeper/zookeeper-paths';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { abortedWithin, eventually, sleep } from '../../support/timing';
-import { startZooKeeperServer, type ZooKeeperServer } from '../../support/zookeeper-server';
+import { startZooKeeperServer, type ZooKeeperServer } from '../../../servers/zookeeper-server';
 import { ClientTraffic, clientOf, watcherFunctionsOn } from './zookeeper-client-probe';
 import { ZooKeeperInspector } from './zookeeper-inspect';
 
