@@ -58,6 +58,11 @@ export class ServerProcess {
     return this.options.port;
   }
 
+  /** False once the process has exited (stopped, killed or crashed). */
+  get running(): boolean {
+    return this.child.exitCode === null && this.child.signalCode === null;
+  }
+
   /** Stops the server (SIGTERM, then SIGKILL after 5 s) and waits for it to exit. */
   async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
     if (this.child.exitCode !== null || this.child.signalCode !== null) return;

@@ -1,16 +1,24 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
+import type { DistributedLockModuleOptions } from '../../lib';
 import type { Connection } from '../../sample-app/backends/sample-backend';
 
 export type HolderCommand =
   | { type: 'acquire'; name: string; waitTimeoutMs?: number; renew?: boolean }
+  | { type: 'withLock'; name: string; holdMs: number; waitTimeoutMs?: number }
   | { type: 'write'; sku: string; record: { stock: number; lucky: number } }
   | { type: 'release' }
   | { type: 'exit' };
 
 export type HolderEvent =
   | { type: 'ready' }
-  | { type: 'acquired'; fencingToken: string }
+  /** `grantedAt`: process.hrtime.bigint() when the grant reached the child, as a string (one clock for every process). */
+  | { type: 'acquired'; fencingToken: string; grantedAt: string }
+  /** withLock's handler began; `held`: its lock was held and not known lost at that moment. */
+  | { type: 'entered'; fencingToken: string; at: string; held: boolean }
+  /** The critical section ran as holder from `start` to `end` (the handler's end, or its lock's loss if earlier). */
+  | { type: 'section'; fencingToken: string; start: string; end: string }
+  | { type: 'done'; error?: { name: string; message: string; reason?: string } }
   | { type: 'lost'; message: string }
   | { type: 'written' }
   | { type: 'released' }
@@ -33,12 +41,29 @@ export class HolderProcess {
   }
 
   static async start(backend: string, connection: Connection, ttlMs: number): Promise<HolderProcess> {
+    return HolderProcess.fork({ HOLDER_BACKEND: backend, HOLDER_CONNECTION: JSON.stringify(connection), HOLDER_TTL_MS: String(ttlMs) });
+  }
+
+  /**
+   * A child whose module is `DistributedLockModule.forRoot(options)` (JSON-safe options: no
+   * custom backend), connected and ready to queue at once. It has no stock store.
+   */
+  static async withModule(options: DistributedLockModuleOptions): Promise<HolderProcess> {
+    return HolderProcess.fork({ HOLDER_MODULE_OPTIONS: JSON.stringify(options) });
+  }
+
+  private static async fork(env: Record<string, string>): Promise<HolderProcess> {
     const child = fork(path.join(__dirname, 'holder.worker.js'), [], {
-      env: { ...process.env, HOLDER_BACKEND: backend, HOLDER_CONNECTION: JSON.stringify(connection), HOLDER_TTL_MS: String(ttlMs) },
+      env: { ...process.env, ...env },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     const holder = new HolderProcess(child);
-    await holder.next('ready', 30_000);
+    try {
+      await holder.next('ready', 30_000);
+    } catch (error) {
+      await holder.stop();
+      throw error;
+    }
     return holder;
   }
 
@@ -51,6 +76,34 @@ export class HolderProcess {
     this.child.send({ type: 'acquire', name, ...options } satisfies HolderCommand);
     const event = await this.next('acquired', 30_000);
     return BigInt(event.fencingToken);
+  }
+
+  /** As acquire(), with the whole event: its token and when the grant reached the child. */
+  async acquireTimed(name: string, options: { waitTimeoutMs?: number; renew?: boolean } = {}): Promise<{ fencingToken: bigint; grantedAt: bigint }> {
+    const from = this.events.length;
+    this.child.send({ type: 'acquire', name, ...options } satisfies HolderCommand);
+    const event = await this.next('acquired', 30_000, from);
+    return { fencingToken: BigInt(event.fencingToken), grantedAt: BigInt(event.grantedAt) };
+  }
+
+  /**
+   * Runs withLock(name) in the child, its critical section lasting `holdMs` unless the lock is lost
+   * first. `entered` and `done` resolve with the child's reports; both wait up to `timeoutMs`.
+   */
+  withLock(name: string, options: { holdMs: number; waitTimeoutMs?: number }, timeoutMs = 30_000) {
+    const from = this.events.length;
+    this.child.send({ type: 'withLock', name, ...options } satisfies HolderCommand);
+    const entered = this.next('entered', timeoutMs, from);
+    const done = this.next('done', timeoutMs, from);
+    // Either may go unawaited when the test fails first: never an unhandled rejection.
+    entered.catch(() => undefined);
+    done.catch(() => undefined);
+    return { entered, done, sections: () => this.eventsOf('section', from) };
+  }
+
+  /** The events of `type` received since index `from`. */
+  eventsOf<T extends HolderEvent['type']>(type: T, from = 0): Extract<HolderEvent, { type: T }>[] {
+    return this.events.slice(from).filter((event): event is Extract<HolderEvent, { type: T }> => event.type === type);
   }
 
   /** A fenced stock write from the child; resolves with the child's error name, if any. */
@@ -78,7 +131,7 @@ export class HolderProcess {
     await exited;
   }
 
-  private async next<T extends HolderEvent['type']>(type: T, timeoutMs: number, from = this.events.length): Promise<Extract<HolderEvent, { type: T }>> {
+  async next<T extends HolderEvent['type']>(type: T, timeoutMs: number, from = this.events.length): Promise<Extract<HolderEvent, { type: T }>> {
     await this.waitFor((event) => event.type === type || event.type === 'error', timeoutMs, from);
     const event = this.events.slice(from).find((e) => e.type === type || e.type === 'error')!;
     if (event.type === 'error') throw new Error(`holder process failed: ${event.name}: ${event.message}`);

@@ -1,0 +1,50 @@
+import { after, before, describe } from 'node:test';
+import { FAULT_SUITE_TIMEOUT_MS } from '../support/timing';
+import { burstCases } from './failure/burst.contract';
+import { crashFailoverCases } from './failure/crash-failover.contract';
+import type { FailureContext, FailureContractOptions, FailureTarget } from './failure/failure-target';
+import { lateGrantCases } from './failure/late-grant.contract';
+import { serverFaultCases } from './failure/server-faults.contract';
+import { shutdownCases } from './failure/shutdown.contract';
+import { startupCases } from './failure/startup.contract';
+import { unless } from './capabilities';
+
+export type { FailureContractOptions, FailureTarget, Route } from './failure/failure-target';
+
+/**
+ * The failure contract of issue 9 (README, "When things go wrong"), one case per point, run
+ * against every backend with real servers: server killed, paused (SIGSTOP) and black-holed
+ * (points 1, 2), startup with the server down (3), a holder process SIGKILLed (4), bursts (5), a
+ * late grant (7) and shutdown (8). Point 6 needs no server: test/unit/options.test.ts. Every
+ * timing case prints its measurement next to its bound.
+ */
+export function runFailureContract(options: FailureContractOptions): void {
+  describe(`failure contract: ${options.name}`, { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
+    let target: FailureTarget | undefined;
+    let keySeq = 0;
+    const context: FailureContext = {
+      options,
+      target() {
+        if (!target) throw new Error('the target did not start');
+        return target;
+      },
+      newKey: () => `failure-${process.pid}-${Date.now().toString(36)}-${++keySeq}`,
+    };
+
+    before(async () => {
+      target = await options.start();
+    });
+    after(async () => {
+      await target?.stop();
+    });
+
+    const server = options.serverless ? `${options.name} has no server to fail` : false;
+    const processes = options.serverless ? `${options.name} is not shared between processes` : false;
+    describe('1, 2: every call ends by its deadline and says the server is unreachable', { skip: server }, () => serverFaultCases(context));
+    describe('3: startup is the same on every backend', { skip: server }, () => startupCases(context));
+    describe('4: ttlMs bounds crash failover', { skip: processes }, () => crashFailoverCases(context));
+    describe('5: bursts are absorbed, not failed', () => burstCases(context));
+    describe('7: a late grant is never a fresh lease', { skip: processes || unless(options, 'fifo') }, () => lateGrantCases(context));
+    describe('8: shutdown is quiet and exact', { skip: processes }, () => shutdownCases(context));
+  });
+}

@@ -1,0 +1,50 @@
+import assert from 'node:assert/strict';
+import { after, describe, it } from 'node:test';
+import { HolderProcess } from '../../support/holder-process';
+import { sleep } from '../../support/timing';
+import { GRACE_MS, Services, describeError, settled, withinBound, type FailureContext } from './failure-target';
+
+/** The module's ttlMs in the holder: what bounds how long its crash blocks others. */
+const TTL_MS = 1_500;
+/**
+ * Beyond ttlMs: the server noticing the lease (or session) ran out, a lease rounded up to whole
+ * seconds (etcd), and the hand-over to the waiter.
+ */
+const FAILOVER_BOUND_MS = 1_500;
+
+/** Contract point 4: a holder process that dies blocks the lock for at most its module's ttlMs plus a bound. */
+export function crashFailoverCases(context: FailureContext): void {
+  describe('holder process SIGKILLed while holding', () => {
+    const services = new Services();
+    let holder: HolderProcess | undefined;
+
+    after(async () => {
+      await holder?.stop();
+      await services.closeAll();
+    });
+
+    it(`a waiter in another client is granted within ttlMs (${TTL_MS}) + ${FAILOVER_BOUND_MS} ms`, { timeout: 30_000 }, async (t) => {
+      const { backend } = context.target().direct;
+      const key = context.newKey();
+      holder = await HolderProcess.withModule({ backend, ttlMs: TTL_MS });
+      const held = await holder.acquireTimed(key);
+      const waiter = await services.add({ backend, ttlMs: TTL_MS });
+      const waiting = waiter.acquire(key, { waitTimeoutMs: 20_000 });
+      waiting.catch(() => undefined); // awaited below; a rejection before then is not unhandled
+      // Queued, and the holder has renewed its lease at least once: the crash strikes a working holder.
+      await sleep(TTL_MS / 2);
+      const killedAt = performance.now();
+      holder.kill('SIGKILL');
+      const bound = TTL_MS + FAILOVER_BOUND_MS;
+      const granted = await settled(waiting, killedAt, bound + GRACE_MS);
+      const afterKillMs = granted.ms;
+      t.diagnostic(`the waiter's acquire ended with ${describeError(granted.error ?? `token ${granted.value?.fencingToken}`)}`);
+      assert.equal(granted.error, undefined, `the waiter got no lock: ${describeError(granted.error)}`);
+      withinBound(t, 'granted after the holder was killed', afterKillMs, bound);
+      if (context.options.fencing !== false) {
+        assert.ok(granted.value!.fencingToken > held.fencingToken, `token ${granted.value!.fencingToken} after the dead holder's ${held.fencingToken}`);
+      }
+      await granted.value!.release();
+    });
+  });
+}

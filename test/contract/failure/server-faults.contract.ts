@@ -1,0 +1,183 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { LockLostError, type LockHandle, type LockService } from '../../../lib';
+import { sleep } from '../../support/timing';
+import {
+  MARGIN_MS,
+  SERVER_TIMEOUT_MS,
+  Services,
+  TIMER_SLACK_MS,
+  WAIT_TIMEOUT_MS,
+  GRACE_MS,
+  assertUnreachable,
+  describeError,
+  settled,
+  timed,
+  withinBound,
+  type FailureContext,
+  type Route,
+} from './failure-target';
+
+const FAULTS = ['killed', 'paused', 'black-holed'] as const;
+type Fault = (typeof FAULTS)[number];
+
+/** The lease of the locks held when the fault strikes: renewed every third of it until then. */
+const HELD_TTL_MS = 2_000;
+/** A lost lock's release is handed to the background: the caller is not kept waiting for the server. */
+const RELEASE_BOUND_MS = 300;
+
+/** What a held lock's call saw, filled in as it happens (the call may hang). Times are performance.now(). */
+interface Held {
+  signalAt?: number;
+  signalReason?: unknown;
+  handlerEndedAt?: number;
+  endedAt?: number;
+  error?: unknown;
+  /** Resolves when withLock has ended. */
+  ended: Promise<void>;
+}
+
+/**
+ * Contract points 1 and 2 for a server that is killed, paused (SIGSTOP) or black-holed: every call
+ * ends by its deadline, and says that the server cannot be reached, naming it.
+ */
+export function serverFaultCases(context: FailureContext): void {
+  for (const fault of FAULTS) {
+    describe(`server ${fault}`, () => {
+      const services = new Services();
+      let route: Route;
+      let acquirer: LockService;
+      let trier: LockService;
+      let faultAt = 0;
+      let watching: Held;
+      let ignoring: Held;
+
+      before(async () => {
+        const target = context.target();
+        route = fault === 'black-holed' ? target.proxied! : target.direct;
+        const settings = { backend: route.backend, serverTimeoutMs: SERVER_TIMEOUT_MS, ttlMs: HELD_TTL_MS };
+        acquirer = await services.add(settings);
+        trier = await services.add(settings);
+        const holder = await services.add(settings);
+        let inflicted!: () => void;
+        const faultInflicted = new Promise<void>((resolve) => (inflicted = resolve));
+        const [watchingEntered, ignoringEntered] = [deferred(), deferred()];
+        // A handler that stops when its lock is lost (the documented pattern for long work)...
+        watching = holdThroughFault(holder, context.newKey(), async (lock) => {
+          watchingEntered.resolve();
+          await Promise.race([untilAborted(lock.signal), sleep(HELD_TTL_MS * 4)]);
+        });
+        // ...and one that runs past the lease without looking.
+        ignoring = holdThroughFault(holder, context.newKey(), async () => {
+          ignoringEntered.resolve();
+          await faultInflicted;
+          await sleep(HELD_TTL_MS + 500);
+        });
+        const endedEarly = Promise.race([watching.ended, ignoring.ended]).then(() => {
+          throw new Error(`a holder ended before the fault: ${describeError(watching.error ?? ignoring.error ?? 'no error')}`);
+        });
+        await Promise.race([Promise.all([watchingEntered.promise, ignoringEntered.promise]), endedEarly]);
+        faultAt = performance.now();
+        await inflict(context, fault);
+        inflicted();
+      });
+
+      after(async () => {
+        await context.target().faults!.restore();
+        await services.closeAll();
+      });
+
+      const CASE = { timeout: 12_000 };
+
+      it('acquire rejects with LockServerUnreachableError naming the address within min(waitTimeoutMs, serverTimeoutMs) + margin', CASE, async (t) => {
+        const bound = Math.min(WAIT_TIMEOUT_MS, SERVER_TIMEOUT_MS) + MARGIN_MS;
+        const outcome = await timed(() => acquirer.acquire(context.newKey(), { waitTimeoutMs: WAIT_TIMEOUT_MS }), bound + GRACE_MS);
+        t.diagnostic(`acquire ended with ${describeError(outcome.error ?? 'a lock')}`);
+        withinBound(t, 'acquire', outcome.ms, bound);
+        assertUnreachable(outcome, route.address, 'acquire');
+      });
+
+      it('tryAcquire rejects with LockServerUnreachableError naming the address within serverTimeoutMs + margin', CASE, async (t) => {
+        const bound = SERVER_TIMEOUT_MS + MARGIN_MS;
+        const outcome = await timed(() => trier.tryAcquire(context.newKey()), bound + GRACE_MS);
+        t.diagnostic(`tryAcquire ended with ${describeError(outcome.error ?? 'a lock or null')}`);
+        withinBound(t, 'tryAcquire', outcome.ms, bound);
+        assertUnreachable(outcome, route.address, 'tryAcquire');
+      });
+
+      it("a held lock's signal fires before its lease ends, and withLock ends with LockLostError 'server-unreachable' by the lease deadline + margin", CASE, async (t) => {
+        const bound = HELD_TTL_MS + MARGIN_MS;
+        const ended = await settled(watching.ended, faultAt, bound + GRACE_MS);
+        const held = watching;
+        t.diagnostic(`withLock ${ended.error ? describeError(ended.error) : `ended with ${describeError(held.error ?? 'its result')}`}`);
+        assert.ok(held.signalAt !== undefined, "the lock's signal never fired");
+        // The last renewal the holder saw confirmed was requested before the fault: the lease ends by faultAt + ttl.
+        withinBound(t, 'lost signal after the fault', held.signalAt - faultAt, HELD_TTL_MS + TIMER_SLACK_MS);
+        withinBound(t, 'withLock ended after the fault', (held.endedAt ?? performance.now()) - faultAt, bound);
+        assertLostUnreachable(held.signalReason, 'the signal reason');
+        assertLostUnreachable(held.error, 'withLock');
+      });
+
+      it("a handler that runs past its lease: withLock ends with LockLostError 'server-unreachable' as the handler returns", CASE, async (t) => {
+        const ended = await settled(ignoring.ended, faultAt, HELD_TTL_MS + 500 + RELEASE_BOUND_MS + GRACE_MS);
+        const held = ignoring;
+        t.diagnostic(`withLock ${ended.error ? describeError(ended.error) : `ended with ${describeError(held.error ?? 'its result')}`}`);
+        assert.ok(held.handlerEndedAt !== undefined, 'the handler did not run to its end');
+        withinBound(t, 'withLock ended after its handler', (held.endedAt ?? performance.now()) - held.handlerEndedAt, RELEASE_BOUND_MS);
+        assertLostUnreachable(held.error, 'withLock');
+      });
+    });
+  }
+}
+
+async function inflict(context: FailureContext, fault: Fault): Promise<void> {
+  const faults = context.target().faults!;
+  if (fault === 'killed') await faults.kill();
+  else if (fault === 'paused') faults.pause();
+  else faults.blackHole();
+}
+
+/** Runs withLock, recording when the lock's signal fired, when the handler returned and when the call ended. */
+function holdThroughFault(service: LockService, key: string, handler: (lock: LockHandle) => Promise<void>): Held {
+  const held = { ended: Promise.resolve() } as Held;
+  held.ended = run(service, key, handler, held);
+  return held;
+}
+
+async function run(service: LockService, key: string, handler: (lock: LockHandle) => Promise<void>, outcome: Held): Promise<void> {
+  try {
+    await service.withLock(
+      key,
+      async (lock) => {
+        lock.signal.addEventListener('abort', () => {
+          outcome.signalAt = performance.now();
+          outcome.signalReason = lock.signal.reason;
+        });
+        await handler(lock);
+        outcome.handlerEndedAt = performance.now();
+      },
+      { waitTimeoutMs: WAIT_TIMEOUT_MS },
+    );
+  } catch (error) {
+    outcome.error = error;
+  }
+  outcome.endedAt = performance.now();
+}
+
+function assertLostUnreachable(error: unknown, what: string): void {
+  assert.ok(error instanceof LockLostError, `${what}: expected LockLostError, got ${describeError(error)}`);
+  assert.equal(error.reason, 'server-unreachable', `${what}: reason ${error.reason}, not 'server-unreachable': ${error.message}`);
+}
+
+function untilAborted(signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    signal.addEventListener('abort', () => resolve(), { once: true });
+  });
+}
+
+function deferred(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((done) => (resolve = done));
+  return { promise, resolve };
+}
