@@ -29,10 +29,15 @@ export function crashFailoverCases(context: FailureContext): void {
       holder = await HolderProcess.withModule({ backend, ttlMs: TTL_MS });
       const held = await holder.acquireTimed(key);
       const waiter = await services.add({ backend, ttlMs: TTL_MS });
+      let settledEarly = false;
       const waiting = waiter.acquire(key, { waitTimeoutMs: 20_000 });
-      waiting.catch(() => undefined); // awaited below; a rejection before then is not unhandled
+      waiting.then(
+        () => (settledEarly = true),
+        () => (settledEarly = true),
+      );
       // Queued, and the holder has renewed its lease at least once: the crash strikes a working holder.
       await sleep(TTL_MS / 2);
+      assert.equal(settledEarly, false, 'the waiter did not wait for the live holder');
       const killedAt = performance.now();
       holder.kill('SIGKILL');
       const bound = TTL_MS + FAILOVER_BOUND_MS;

@@ -83,6 +83,8 @@ export function shutdownCases(context: FailureContext): void {
       });
       waiting.catch(() => undefined); // awaited below; a rejection before then is not unhandled
       await sleep(200);
+      assert.equal(grantedAt, Infinity, 'the waiter got the lock while the request held it');
+      assert.equal(jobGrantedAt, Infinity, "the job's waiter got the lock while the job held it");
       const terminatedAt = performance.now();
       child.kill('SIGTERM');
 

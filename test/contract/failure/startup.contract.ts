@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { Module, type INestApplicationContext, type LoggerService } from '@nestjs/common';
+import { ConsoleLogger, Logger, Module, type INestApplicationContext, type LoggerService } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { DistributedLockModule, LockService } from '../../../lib';
 import { sleep } from '../../support/timing';
@@ -66,6 +66,8 @@ export function startupCases(context: FailureContext): void {
       if (app) await bounded(app.close(), 10_000, 'closing the application');
       // A boot that overran its bound is closed whenever it ends, not waited for.
       else void booting?.then((late) => late.close()).catch(() => undefined);
+      // The app made its logger Nest's global one: give the cases after this one the console back.
+      Logger.overrideLogger(new ConsoleLogger());
     });
 
     it('the application boots within a bound', { timeout: 10_000 }, async (t) => {
