@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { HolderProcess } from '../../support/holder-process';
 import { sleep } from '../../support/timing';
-import { GRACE_MS, Services, describeError, settled, withinBound, type FailureContext } from './failure-target';
+import { Services, describeError, settled, withinBound, type FailureContext } from './failure-target';
 
 /** The module's ttlMs in the holder: what bounds how long its crash blocks others. */
 const TTL_MS = 1_500;
@@ -41,11 +41,11 @@ export function crashFailoverCases(context: FailureContext): void {
       const killedAt = performance.now();
       holder.kill('SIGKILL');
       const bound = TTL_MS + FAILOVER_BOUND_MS;
-      const granted = await settled(waiting, killedAt, bound + GRACE_MS);
-      const afterKillMs = granted.ms;
+      // Waited for well past the bound, so that a backend over it shows by how much.
+      const granted = await settled(waiting, killedAt, bound + 10_000);
       t.diagnostic(`the waiter's acquire ended with ${describeError(granted.error ?? `token ${granted.value?.fencingToken}`)}`);
+      withinBound(t, 'granted after the holder was killed', granted.ms, bound);
       assert.equal(granted.error, undefined, `the waiter got no lock: ${describeError(granted.error)}`);
-      withinBound(t, 'granted after the holder was killed', afterKillMs, bound);
       if (context.options.fencing !== false) {
         assert.ok(granted.value!.fencingToken > held.fencingToken, `token ${granted.value!.fencingToken} after the dead holder's ${held.fencingToken}`);
       }
