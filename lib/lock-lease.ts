@@ -298,7 +298,7 @@ function drainedOr(drained: unknown, at: number): number {
 /** Resolves when `settled` does or after `ms`, whichever is first. */
 function untilSettledOr(settled: Promise<void>, ms: number): Promise<void> {
   return new Promise<void>((resolve) => {
-    const timer = deadlines.add(performance.now() + ms, resolve);
+    const timer = deadlines.add(performance.now() + ms, resolve, true);
     void settled.then(() => {
       deadlines.cancel(timer);
       resolve();

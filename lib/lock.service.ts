@@ -319,7 +319,7 @@ class WaitRequest implements AcquireRequest {
       };
       granted.then(
         (grant) => {
-          if (settled) return late(grant);
+          if (settled) return; // stopped first: onStop handed it to `late`
           settled = true;
           resolve(grant);
         },

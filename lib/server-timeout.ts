@@ -17,11 +17,16 @@ export function withinServerTimeout<T>(
   return new Promise<T>((resolve, reject) => {
     let timedOut = false;
     const started = performance.now();
-    const timer = deadlines.add(started + timeoutMs, () => {
-      timedOut = true;
-      const waitedMs = Math.round(performance.now() - started);
-      reject(new LockServerUnreachableError(backend.name, operation, backend.address ?? backend.name, waitedMs, backend.unreachable?.()));
-    });
+    // Kept alive: a caller waiting for the server is work in progress.
+    const timer = deadlines.add(
+      started + timeoutMs,
+      () => {
+        timedOut = true;
+        const waitedMs = Math.round(performance.now() - started);
+        reject(new LockServerUnreachableError(backend.name, operation, backend.address ?? backend.name, waitedMs, backend.unreachable?.()));
+      },
+      true,
+    );
     call.then(
       (value) => {
         deadlines.cancel(timer);
