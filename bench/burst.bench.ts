@@ -2,10 +2,10 @@ import { connect } from 'node:net';
 import { Redis } from 'ioredis';
 import type { BackendOptions } from '../lib';
 import { createBackend } from '../lib/backends/registry';
-import { EtcdCluster } from '../test/support/etcd-server';
-import { lockServiceOver } from '../test/support/lock-service-factory';
-import { commandsExecuted, startRedisServer } from '../test/support/redis-server';
-import { startZooKeeperServer } from '../test/support/zookeeper-server';
+import { EtcdCluster } from '../servers/etcd-server';
+import { lockServiceOver } from './lock-services';
+import { commandsExecuted, startRedisServer } from '../servers/redis-server';
+import { startZooKeeperServer } from '../servers/zookeeper-server';
 
 const BURST = 1000;
 

@@ -15,6 +15,7 @@ import { LOCK_BACKEND } from '../../lib/backends/lock-backend.token';
 
 const lockName = process.env.SHUTDOWN_APP_LOCK!;
 const jobLockName = process.env.SHUTDOWN_APP_JOB_LOCK!;
+const jobTtlMs = Number(process.env.SHUTDOWN_APP_JOB_TTL_MS);
 const holdMs = Number(process.env.SHUTDOWN_APP_HOLD_MS);
 const probe = (line: string) => process.stdout.write(`[probe] ${line}\n`);
 
@@ -54,14 +55,21 @@ async function main(): Promise<void> {
     probe(`release ${grant.key}`);
     return release(grant, validForMs);
   };
-  // The job stops when its lock's signal fires (at shutdown), as long-running work should.
+  // The job stops when its lock's signal fires (at shutdown, once its lease ends), as long-running work should.
   void app
     .get(LockService)
-    .withLock(jobLockName, (lock) => {
-      probe('job entered');
-      return new Promise<void>((resolve) => lock.signal.addEventListener('abort', () => resolve(), { once: true }));
-    })
-    .catch((error) => probe(`job ended with ${error.name}`));
+    .withLock(
+      jobLockName,
+      (lock) => {
+        probe('job entered');
+        return new Promise<void>((resolve) => lock.signal.addEventListener('abort', () => resolve(), { once: true }));
+      },
+      { ttlMs: jobTtlMs },
+    )
+    .then(
+      () => probe('job ended'),
+      (error) => probe(`job ended with ${error.name} ${error.reason ?? ''}`.trim()),
+    );
   await app.listen(0, '127.0.0.1');
   probe(`listening ${(app.getHttpServer().address() as { port: number }).port}`);
 }
