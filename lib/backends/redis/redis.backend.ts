@@ -1,11 +1,13 @@
 import { Logger } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
-import { DistributedLockError } from '../../errors';
+import { BackendLifecycle } from '../backend-lifecycle';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
+import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import { LocalSuccessors } from './local-successors';
 import { RedisWaiter, type WaiterEvents } from './redis-waiter';
-import { openConnections, type RedisConnections } from './redis-connection';
+import { RedisConnections } from './redis-connection';
+import { parseGrantMessage } from './redis-grant-message';
 import { lockKeys, type LockKeys } from './redis-keys';
 import {
   acquireBatchScript,
@@ -16,8 +18,11 @@ import {
   releaseScript,
   renewScript,
   transferScript,
+  type QueuedReply,
 } from './redis-lock-scripts';
 import { validateRedisOptions, type RedisBackendOptions } from './redis-options';
+import type { RedisScript } from './redis-script';
+import { ServerClock } from './server-clock';
 
 /** How long after a lease ends a waiter's safety check runs: timer lateness, not a poll. */
 const EXPIRY_CHECK_MARGIN_MS = 25;
@@ -36,6 +41,12 @@ const KEY_CACHE_SIZE = 10_000;
 const MIN_HANDOVER_VALIDITY_MS = 50;
 /** Callers per batched acquire script and per transfer script: Lua's unpack() has a stack limit. */
 const MAX_PER_SCRIPT = 500;
+/**
+ * A grant whose lease, counted from a moment known to precede it, has less than this share of
+ * its ttl left is confirmed with the server before the caller gets it: the lease's first
+ * renewal comes a third of the ttl after the grant, too late for a shorter remainder.
+ */
+const LATE_GRANT_SHARE = 1 / 3;
 
 const logger = new Logger('DistributedLock');
 
@@ -70,6 +81,11 @@ interface KeyWatch {
   timer?: NodeJS.Timeout;
   /** performance.now() the timer fires at. */
   checkAt: number;
+  /**
+   * The server's clock as replies on this key tell it: on Cluster each key's node has its own,
+   * and a grant of this key is timed by that node.
+   */
+  readonly clock: ServerClock;
 }
 
 /**
@@ -81,6 +97,7 @@ export class RedisLockBackend implements LockBackend {
   readonly name = 'redis';
   /** Names are percent-encoded into the hash tag (up to 3x); Redis takes far longer keys. */
   readonly maxKeyBytes = 1024;
+  readonly address: string;
   /** 96 random bits, short: it names the grant channel and goes with every queued waiter. */
   private readonly clientId = randomBytes(12).toString('base64url');
   private readonly channel = GRANT_CHANNEL_PREFIX + this.clientId;
@@ -112,36 +129,51 @@ export class RedisLockBackend implements LockBackend {
    * backend reports itself is its own closing: one signal shared by every grant, fired by close().
    */
   private readonly closing = new AbortController();
-  private connections!: RedisConnections;
-  private closed = false;
+  private readonly lifecycle = new BackendLifecycle('redis');
+  private readonly connections: RedisConnections;
 
-  /** Validates, connects and subscribes; use createRedisBackend(). */
-  static async open(options: RedisBackendOptions): Promise<RedisLockBackend> {
+  /**
+   * Validates and starts connecting in the background: never waits for the server (see
+   * docs/redis.md, "When the server is down"). Use createRedisBackend().
+   */
+  constructor(options: RedisBackendOptions, settings: BackendSettings) {
     validateRedisOptions(options);
-    const backend = new RedisLockBackend();
-    backend.connections = await openConnections(options, backend.channel);
-    backend.listen();
-    return backend;
+    this.connections = new RedisConnections(options, settings, this.channel, () => {
+      // Grants published while the subscriber was reconnecting are lost: check every waiting key now.
+      for (const key of this.watches.keys()) this.scheduleCheck(key, -1, 0);
+    });
+    this.address = this.connections.address;
+    this.listen();
   }
 
-  private constructor() {}
+  unreachable(): Error | undefined {
+    return this.connections.unreachable();
+  }
 
   acquire(request: AcquireRequest): Promise<LockGrant> {
-    if (this.closed) return Promise.reject(new DistributedLockError('The redis lock backend is closed.'));
+    try {
+      this.lifecycle.assertOpen();
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    // Until the grant channel is subscribed a pushed grant would be lost: wait for it, bounded.
+    if (!this.connections.subscribed) return this.connections.whenSubscribed(`acquire "${request.key}"`, request.signal).then(() => this.acquire(request));
     const { key, owner } = request;
-    return new Promise<LockGrant>((resolve, reject) => {
-      const waiter = new RedisWaiter(key, owner, Math.ceil(request.ttlMs), request, this.waiterEvents, resolve, reject);
-      // Registered before this tick ends, so before any grant message (which can overtake the
-      // script's reply) can be read.
-      this.waiting.set(owner, waiter);
-      const batch = this.batches.get(key);
-      if (batch && batch.length < MAX_PER_SCRIPT) return void batch.push(waiter);
-      if (batch) this.sendBatch(key);
-      // The first acquisition of a key in a tick goes out at once; later ones wait for the batch.
-      this.batches.set(key, []);
-      process.nextTick(() => this.sendBatch(key));
-      this.sendAcquire(waiter);
-    });
+    const waiter = new RedisWaiter(key, owner, Math.ceil(request.ttlMs), request, this.waiterEvents);
+    // Registered before this tick ends, so before any grant message (which can overtake the
+    // script's reply) can be read.
+    this.waiting.set(owner, waiter);
+    const batch = this.batches.get(key);
+    if (batch && batch.length < MAX_PER_SCRIPT) {
+      batch.push(waiter);
+      return waiter.promise;
+    }
+    if (batch) this.sendBatch(key);
+    // The first acquisition of a key in a tick goes out at once; later ones wait for the batch.
+    this.batches.set(key, []);
+    process.nextTick(() => this.sendBatch(key));
+    this.sendAcquire(waiter);
+    return waiter.promise;
   }
 
   /** One acquisition alone: the acquire script. */
@@ -149,8 +181,18 @@ export class RedisLockBackend implements LockBackend {
     const sentAt = performance.now();
     this.runAcquire(waiter.key, waiter.owner, waiter.ttlMs, true).then(
       (reply) => this.onQueued(waiter, reply, sentAt),
-      (error) => waiter.settle(undefined, error),
+      (error) => this.acquireFailed(waiter, error, sentAt),
     );
+  }
+
+  /**
+   * The acquire script failed or went unanswered. It may still run at the server (a paused
+   * server wakes up): a cancel sent after it on the same connection takes that grant or queue
+   * entry back.
+   */
+  private acquireFailed(waiter: RedisWaiter, error: unknown, sentAt: number): void {
+    waiter.settle(undefined, this.connections.failure(`acquire "${waiter.key}"`, error, sentAt));
+    void this.cancelAtServer(waiter.key, waiter.owner, true);
   }
 
   /** The acquisitions of one key that followed the first in a tick, in one round trip. */
@@ -164,37 +206,59 @@ export class RedisLockBackend implements LockBackend {
     const sentAt = performance.now();
     const args: (string | number)[] = [this.clientId, this.staleAfter(key, this.shortestTtl(waiters)), key];
     for (const waiter of waiters) args.push(waiter.owner, waiter.ttlMs);
-    acquireBatchScript.run(this.connections.client, this.keysOf(key).all, args).then(
+    this.run(acquireBatchScript, this.keysOf(key).all, args).then(
       (replies) => waiters.forEach((waiter, i) => this.onQueued(waiter, replies[i], sentAt)),
-      (error) => waiters.forEach((waiter) => waiter.settle(undefined, error)),
+      (error) => waiters.forEach((waiter) => this.acquireFailed(waiter, error, sentAt)),
     );
   }
 
   /** The acquire script's answer for `waiter`: granted, or queued behind someone. */
-  private onQueued(waiter: RedisWaiter, reply: [1, string] | [0, number] | [0, number, string, string], sentAt: number): void {
+  private onQueued(waiter: RedisWaiter, reply: [1, string] | [0, number] | QueuedReply, sentAt: number): void {
+    this.connections.answered();
     const { key, owner } = waiter;
-    if (reply[0] === 1) return this.deliver(key, owner, reply[1], sentAt);
-    if (this.waiting.get(owner) !== waiter) return; // granted (the message came first) or gave up
-    const [, ownerPttlMs, fence, ahead] = reply as [0, number, string, string];
+    if (this.waiting.get(owner) !== waiter) {
+      // Gave up (or granted by a message that came first): a grant here is handed on at once.
+      if (reply[0] === 1) this.deliver(key, owner, reply[1]);
+      return;
+    }
+    if (reply[0] === 1) return this.grantFrom(waiter, reply[1], sentAt);
+    const [, ownerPttlMs, fence, ahead, serverMs] = reply as QueuedReply;
     waiter.fence = fence;
     if (!waiter.listenForAbort()) return;
     if (this.waiting.has(ahead) || this.held.has(ahead)) this.successors.link(ahead, owner);
-    this.watch(waiter);
+    this.watch(waiter).clock.sample(serverMs, sentAt);
     this.scheduleCheck(key, ownerPttlMs);
   }
 
   async tryAcquire({ key, owner, ttlMs }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
-    this.assertOpen();
+    this.lifecycle.assertOpen();
     const sentAt = performance.now();
-    const reply = await this.runAcquire(key, owner, Math.ceil(ttlMs), false);
-    return reply[0] === 1 ? this.grantOf(key, owner, reply[1], sentAt) : null;
+    const ttl = Math.ceil(ttlMs);
+    let reply: Awaited<ReturnType<RedisLockBackend['runAcquire']>>;
+    try {
+      reply = await this.runAcquire(key, owner, ttl, false);
+    } catch (error) {
+      void this.cancelAtServer(key, owner, true);
+      throw this.connections.failure(`try to acquire "${key}"`, error, sentAt);
+    }
+    this.connections.answered();
+    if (reply[0] !== 1) return null;
+    // The reply came so late (a paused process) that the lease may be nearly over: ask first.
+    if (this.isLate(sentAt, ttl) && !(await this.confirm(key, owner, reply[1], ttl).then((at) => at !== undefined))) return null;
+    return this.grantOf(key, owner, reply[1], sentAt);
   }
 
   async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
-    if (this.closed) return false;
+    if (!this.lifecycle.isOpen) return false;
     this.tellHandOvers(grant.key);
-    const renewed = await renewScript.run(this.connections.client, [this.keysOf(grant.key).owner], [ownerValue(grant.fencingToken, grant.owner), Math.ceil(ttlMs)]);
-    return renewed === 1;
+    const sentAt = performance.now();
+    try {
+      const renewed = await this.run(renewScript, [this.keysOf(grant.key).owner], [ownerValue(grant.fencingToken, grant.owner), Math.ceil(ttlMs)]);
+      this.connections.answered();
+      return renewed === 1;
+    } catch (error) {
+      throw this.connections.failure(`renew "${grant.key}"`, error, sentAt);
+    }
   }
 
   /**
@@ -224,22 +288,22 @@ export class RedisLockBackend implements LockBackend {
   }
 
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    const waitError = new DistributedLockError('The redis lock backend was closed while waiting.');
+    if (!this.lifecycle.beginClose()) return;
+    const waitError = this.lifecycle.closedWhileWaiting();
     const pending: Promise<unknown>[] = [];
     for (const waiter of [...this.waiting.values()]) {
       waiter.settle(undefined, waitError);
-      pending.push(this.cancelAtServer(waiter.key, waiter.owner));
+      pending.push(this.cancelAtServer(waiter.key, waiter.owner, true));
     }
     for (const key of [...this.runs.keys()]) this.tellHandOvers(key);
-    this.closing.abort(new DistributedLockError('The redis lock backend was closed while the lock was held.'));
+    this.closing.abort(this.lifecycle.closedWhileHeld());
     this.successors.clear();
     for (const grant of [...this.held.values()]) pending.push(this.release(grant).catch(() => undefined));
-    // Best effort: with the server unreachable the leases and queue entries expire on their own.
-    await Promise.race([Promise.all(pending), new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
-    this.connections.subscriber.disconnect();
-    if (this.connections.ownsClient) this.connections.client.disconnect();
+    // Best effort, and never long: with the server unreachable, leases and queue entries expire on their own.
+    if (this.connections.unreachable() === undefined) {
+      await Promise.race([Promise.all(pending), new Promise((resolve) => setTimeout(resolve, Math.min(2_000, this.connections.serverTimeoutMs)).unref())]);
+    }
+    this.connections.close();
   }
 
   /**
@@ -286,7 +350,7 @@ export class RedisLockBackend implements LockBackend {
     const args = [ownerValue(run.from.fencingToken, run.from.owner)];
     for (const { owner, fence } of run.to) args.push(owner, fence);
     const sentAt = performance.now();
-    const transferred = transferScript.runInOrder(this.connections.client, keys, args).catch((error: unknown) => error);
+    const transferred = this.connections.bounded(transferScript.runInOrder(this.connections.client, keys, args)).catch((error: unknown) => error);
     const lastReleased = run.released ? this.releaseAtServer(key, ownerValue(last.fence, last.owner)) : undefined;
     void transferred.then(async (outcome) => {
       if (outcome === 1) {
@@ -310,28 +374,88 @@ export class RedisLockBackend implements LockBackend {
    * changes nothing for the caller.
    */
   private releaseAtServer(key: string, value: string): Promise<void> {
-    const released: Promise<unknown> = releaseScript.run(this.connections.client, this.keysOf(key).all, [value, key]);
-    return released as Promise<void>;
+    const sentAt = performance.now();
+    return this.run(releaseScript, this.keysOf(key).all, [value, key]).then(
+      () => undefined,
+      (error) => {
+        throw this.connections.failure(`release "${key}"`, error, sentAt);
+      },
+    );
   }
 
   private runAcquire(key: string, owner: string, ttlMs: number, mayQueue: boolean) {
     const args = [owner, ttlMs, this.clientId, this.staleAfter(key, ttlMs), key, mayQueue ? '1' : '0'];
-    return acquireScript.run(this.connections.client, this.keysOf(key).all, args);
+    return this.run(acquireScript, this.keysOf(key).all, args);
+  }
+
+  /** A script on the command connection, bounded by serverTimeoutMs. */
+  private run<Reply>(script: RedisScript<Reply>, keys: readonly string[], args: readonly (string | number)[]): Promise<Reply> {
+    return this.connections.bounded(script.run(this.connections.client, keys, args));
   }
 
   private listen(): void {
-    const { subscriber } = this.connections;
-    subscriber.on('message', (channel: string, message: string) => {
+    this.connections.subscriber.on('message', (channel: string, message: string) => {
       if (channel !== this.channel) return;
-      const [fence, key, owner] = JSON.parse(message) as [string, string, string];
-      this.deliver(key, owner, fence);
+      // Anything else published on our channel is not ours to act on, and must not throw in ioredis' emitter.
+      const grant = parseGrantMessage(message);
+      if (grant) this.grantLate(grant.key, grant.owner, grant.fence, grant.serverMs);
     });
-    // Grants published while the subscriber was reconnecting are lost: check every waiting key now.
-    let connectedOnce = false;
-    subscriber.on('ready', () => {
-      if (connectedOnce) for (const key of this.watches.keys()) this.scheduleCheck(key, -1, 0);
-      connectedOnce = true;
-    });
+  }
+
+  /**
+   * A grant that came by a message or a safety check: the lease began at the server before we
+   * heard of it, when the server's clock read `serverMs` (undefined: not known), and runs for the
+   * waiter's ttl from then. It counts from the latest local moment known to precede that (the
+   * waiter's own request, or `serverMs` mapped through the key's ServerClock); when that leaves
+   * less than LATE_GRANT_SHARE of the lease, the grant is confirmed with the server first.
+   */
+  private grantLate(key: string, owner: string, fence: string, serverMs: number | undefined): void {
+    const waiter = this.waiting.get(owner);
+    if (!waiter) return this.deliver(key, owner, fence);
+    const clock = this.watches.get(key)?.clock;
+    this.grantFrom(waiter, fence, Math.max(waiter.askedAt, serverMs === undefined || !clock ? -Infinity : clock.earliestLocal(serverMs)));
+  }
+
+  /** The grant to `waiter`, its lease counted from `requestedAt`; confirmed with the server first when that leaves too little. */
+  private grantFrom(waiter: RedisWaiter, fence: string, requestedAt: number): void {
+    const { key, owner } = waiter;
+    if (waiter.confirming) return;
+    if (!this.isLate(requestedAt, waiter.ttlMs)) return this.deliver(key, owner, fence, requestedAt);
+    waiter.confirming = true;
+    void this.confirm(key, owner, fence, waiter.ttlMs).then(
+      (confirmedAt) => {
+        waiter.confirming = false;
+        // Gave up meanwhile: its cancel, sent after the renewal, hands the lock on.
+        if (this.waiting.get(owner) !== waiter) return;
+        if (confirmedAt !== undefined) return this.deliver(key, owner, fence, confirmedAt);
+        // The lease ran out before we heard of it: the safety check puts the waiter back in the queue.
+        this.scheduleCheck(key, -1, 0);
+      },
+      (error) => {
+        waiter.confirming = false;
+        waiter.settle(undefined, error);
+        void this.cancelAtServer(key, owner, true);
+      },
+    );
+  }
+
+  private isLate(requestedAt: number, ttlMs: number): boolean {
+    return requestedAt + ttlMs - performance.now() < ttlMs * LATE_GRANT_SHARE;
+  }
+
+  /**
+   * An owner-checked renewal of a grant that came late: resolves with when it was sent (the
+   * lease counts from then), or undefined when the lease is no longer ours.
+   */
+  private async confirm(key: string, owner: string, fence: string, ttlMs: number): Promise<number | undefined> {
+    const sentAt = performance.now();
+    try {
+      const renewed = await this.run(renewScript, [this.keysOf(key).owner], [ownerValue(fence, owner), ttlMs]);
+      this.connections.answered();
+      return renewed === 1 ? sentAt : undefined;
+    } catch (error) {
+      throw this.connections.failure(`confirm a late grant of "${key}"`, error, sentAt);
+    }
   }
 
   /** A grant for `owner`: to its waiter if it still waits, else (it gave up) handed on at once. */
@@ -344,17 +468,19 @@ export class RedisLockBackend implements LockBackend {
     );
   }
 
-  private cancelAtServer(key: string, owner: string): Promise<unknown> {
-    return cancelScript
-      .run(this.connections.client, this.keysOf(key).all, [owner, key])
-      .catch((error) => logger.warn(`Leaving the queue of "${key}" failed; the entry goes stale on its own: ${error.message}`));
+  /** `quiet`: a cancel after a failure, while the server may well be down; it goes stale on its own. */
+  private cancelAtServer(key: string, owner: string, quiet = false): Promise<unknown> {
+    return this.run(cancelScript, this.keysOf(key).all, [owner, key]).catch((error) => {
+      if (!quiet) logger.warn(`Leaving the queue of "${key}" failed; the entry goes stale on its own: ${error.message}`);
+    });
   }
 
-  private watch(waiter: RedisWaiter): void {
+  private watch(waiter: RedisWaiter): KeyWatch {
     let watch = this.watches.get(waiter.key);
-    if (!watch) this.watches.set(waiter.key, (watch = { waiters: new Map(), shortestTtlMs: Infinity, checkAt: Infinity }));
+    if (!watch) this.watches.set(waiter.key, (watch = { waiters: new Map(), shortestTtlMs: Infinity, checkAt: Infinity, clock: new ServerClock() }));
     watch.waiters.set(waiter.owner, waiter);
     watch.shortestTtlMs = Math.min(watch.shortestTtlMs, waiter.ttlMs);
+    return watch;
   }
 
   private unwatch(key: string, owner: string): void {
@@ -372,7 +498,7 @@ export class RedisLockBackend implements LockBackend {
    */
   private scheduleCheck(key: string, ownerPttlMs: number, delayMs?: number): void {
     const watch = this.watches.get(key);
-    if (!watch || this.closed) return;
+    if (!watch || !this.lifecycle.isOpen) return;
     const interval = checkIntervalMs(watch.shortestTtlMs);
     const delay = delayMs ?? (ownerPttlMs >= 0 ? Math.min(interval, ownerPttlMs + EXPIRY_CHECK_MARGIN_MS) : interval);
     const at = performance.now() + delay;
@@ -392,18 +518,26 @@ export class RedisLockBackend implements LockBackend {
     if (waiters.length === 0) return;
     const args: (string | number)[] = [this.clientId, this.staleAfter(key, watch.shortestTtlMs), key];
     for (const waiter of waiters) args.push(waiter.owner, waiter.ttlMs);
+    const sentAt = performance.now();
     try {
-      const [ownerPttlMs, granted, requeued] = await checkScript.run(this.connections.client, this.keysOf(key).all, args);
+      const [ownerPttlMs, granted, requeued, serverMs] = await this.run(checkScript, this.keysOf(key).all, args);
+      this.connections.answered();
+      watch.clock.sample(serverMs, sentAt);
       for (const owner of requeued) {
         // Back at the tail with a new fence: no longer right behind anyone of ours.
         this.successors.forget(owner);
         const waiter = this.waiting.get(owner);
         if (waiter) waiter.fence = undefined;
       }
-      for (let i = 0; i < granted.length; i += 2) this.deliver(key, granted[i], granted[i + 1]);
+      // Granted at some earlier time: the lease ends ownerPttlMs after serverMs, so it began a ttl before that.
+      for (let i = 0; i < granted.length; i += 2) {
+        const waiter = this.waiting.get(granted[i]);
+        this.grantLate(key, granted[i], granted[i + 1], waiter ? serverMs + ownerPttlMs - waiter.ttlMs : undefined);
+      }
       this.scheduleCheck(key, ownerPttlMs);
     } catch (error) {
-      logger.warn(`Checking the queue of "${key}" failed, retrying: ${(error as Error).message}`);
+      const failure = this.connections.failure(`check the queue of "${key}"`, error, sentAt);
+      logger.warn(`Checking the queue of "${key}" failed, retrying: ${failure.message}`);
       this.scheduleCheck(key, -1);
     }
   }
@@ -436,15 +570,15 @@ export class RedisLockBackend implements LockBackend {
     return grant;
   }
 
-  private assertOpen(): void {
-    if (this.closed) throw new DistributedLockError('The redis lock backend is closed.');
-  }
 }
 
 /** The value of the owner key: the fence makes it unique per grant, the owner id per caller. */
 const ownerValue = (fence: bigint | string, owner: string) => `${fence} ${owner}`;
 
-/** Builds the backend for `{ type: 'redis', ... }`; used by createBackend, loaded only when chosen. */
-export function createRedisBackend(options: RedisBackendOptions, _settings?: BackendSettings): Promise<RedisLockBackend> {
-  return RedisLockBackend.open(options);
+/**
+ * Builds the backend for `{ type: 'redis', ... }`; used by createBackend, loaded only when chosen.
+ * Resolves at once: the connections open in the background.
+ */
+export async function createRedisBackend(options: RedisBackendOptions, settings: BackendSettings = { ttlMs: DEFAULT_TTL_MS, serverTimeoutMs: DEFAULT_SERVER_TIMEOUT_MS }): Promise<RedisLockBackend> {
+  return new RedisLockBackend(options, settings);
 }

@@ -6,7 +6,7 @@ import { createBackend } from '../../../lib/backends/registry';
 import { lockKeys } from '../../../lib/backends/redis/redis-keys';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { startRedisServer, type RedisServer } from '../../support/redis-server';
-import { abortedWithin, sleep } from '../../support/timing';
+import { abortedWithin, eventually, sleep } from '../../support/timing';
 
 /** What only the Redis backend does: its grant messages, its give-up path and its lost signal. */
 describe('redis backend: grants, give-ups and the lost signal', () => {
@@ -77,8 +77,11 @@ describe('redis backend: grants, give-ups and the lost signal', () => {
     const listChannels = async () => new Set((await inspector.pubsub('CHANNELS', 'nest-distributed-lock:*')) as string[]);
     const existing = await listChannels();
     await backend();
-    const receiverChannels = [...(await listChannels())].filter((channel) => !existing.has(channel));
-    assert.equal(receiverChannels.length, 1, 'a backend subscribes to exactly one channel, at creation');
+    const newChannels = async () => [...(await listChannels())].filter((channel) => !existing.has(channel));
+    // Subscribed in the background, at creation.
+    await eventually(async () => (await newChannels()).length > 0, 2_000, 'the new backend to subscribe');
+    const receiverChannels = await newChannels();
+    assert.equal(receiverChannels.length, 1, 'a backend subscribes to exactly one channel');
     const holder = await backend();
     const ghost = await holder.acquire(request(key, 'ghost'));
     // Tell the receiver it was granted the ghost's lock, as a message that outlived its waiter would.
