@@ -15,8 +15,8 @@ interface Endpoint {
 export function redisAddress(options: RedisBackendOptions): string {
   if (options.client) return clientAddress(options.client);
   const fromUrl = options.url === undefined ? {} : parseAddress(options.url);
-  // ioredis merges `options` over the URL.
-  return endpointAddress({ ...fromUrl, ...(options.options as Record<string, unknown> | undefined) });
+  // ioredis fills in from `options` what the URL leaves out: the URL's host and port win.
+  return endpointAddress({ ...(options.options as Record<string, unknown> | undefined), ...fromUrl });
 }
 
 /** What a supplied ioredis `Redis` (its resolved `options`) or `Cluster` (its `startupNodes`) says. */
@@ -47,7 +47,10 @@ function parseAddress(url: string): { host?: string; port?: number; path?: strin
   if (url.startsWith('/') && !url.startsWith('//')) return { path: url.split('?')[0] };
   try {
     const parsed = new URL(/^rediss?:\/\//i.test(url) ? url : `redis://${url.replace(/^\/\//, '')}`);
-    return { host: parsed.hostname || undefined, port: parsed.port ? Number(parsed.port) : undefined };
+    const address: { host?: string; port?: number } = {};
+    if (parsed.hostname) address.host = parsed.hostname;
+    if (parsed.port) address.port = Number(parsed.port);
+    return address;
   } catch {
     return {};
   }

@@ -135,8 +135,9 @@ export class RedisConnections {
     if (error instanceof LockBackendError) return error;
     const message = (error as Error)?.message ?? '';
     if (message === 'Command timed out') this.stalled = error as Error;
+    // The connection's own error (ECONNREFUSED) says more than ioredis' "max retries" wording.
     const down = this.unreachable() ?? (isConnectionError(message) ? (this.lastError ?? (error as Error)) : undefined);
-    if (down) return new LockServerUnreachableError('redis', operation, this.address, Math.round(performance.now() - startedAt), message === 'Command timed out' ? error : down);
+    if (down) return new LockServerUnreachableError('redis', operation, this.address, Math.round(performance.now() - startedAt), down);
     return new LockBackendError('redis', operation, error, this.address);
   }
 
@@ -205,8 +206,10 @@ export class RedisConnections {
     this.lastError = error;
   };
 
+  /** A connection became ready: the server answered its handshake. */
   private readonly forgetError = (): void => {
     this.lastError = undefined;
+    this.stalled = undefined;
   };
 }
 

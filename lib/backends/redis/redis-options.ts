@@ -30,7 +30,8 @@ export interface RedisBackendOptions {
   client?: RedisClientLike;
   /**
    * ioredis `RedisOptions` (host, port, password, username for ACLs, tls, sentinels + name for
-   * Sentinel, ...), alone or merged over `url`. For Redis Cluster pass a `Cluster` as `client`.
+   * Sentinel, ...), alone or with `url` (ioredis takes from `options` what the URL leaves out).
+   * For Redis Cluster pass a `Cluster` as `client`.
    * Unless set here, `connectTimeout` and `commandTimeout` follow the module's serverTimeoutMs
    * and `maxRetriesPerRequest` is 0 (see docs/redis.md, "When the server is down").
    */
