@@ -42,6 +42,11 @@ export class RedisConnections {
   private lastError?: Error;
   /** A command that went unanswered within serverTimeoutMs, until the next answer. */
   private stalled?: Error;
+  /** Commands sent and not answered yet, and since when none of them has been answered. */
+  private pending = 0;
+  private silentSince = 0;
+  /** Outstanding commands with no answer for this long: the server is not answering. */
+  private readonly silenceMs: number;
   private subscribing = false;
   private closed = false;
   private readonly subscribedWaits = new Set<() => void>();
@@ -56,6 +61,7 @@ export class RedisConnections {
   ) {
     this.address = redisAddress(options);
     this.serverTimeoutMs = settings.serverTimeoutMs;
+    this.silenceMs = Math.min(settings.serverTimeoutMs / 4, 250);
     this.ownsClient = options.client === undefined;
     if (options.client) {
       this.client = options.client as RedisConnection;
@@ -96,34 +102,41 @@ export class RedisConnections {
         return this.lastError ?? new Error(status === 'connect' ? 'connected, but the server has not answered' : `not connected (${status})`);
       }
     }
-    return this.stalled;
-  }
-
-  /** A command was answered: the server is reachable again. */
-  answered(): void {
-    this.stalled = undefined;
+    if (this.stalled) return this.stalled;
+    const silentMs = performance.now() - this.silentSince;
+    // A paused server leaves its connections up: what gives it away is requests with no answer.
+    if (this.pending > 0 && silentMs > this.silenceMs) return new Error(`no answer from the server for ${Math.round(silentMs)} ms`);
+    return undefined;
   }
 
   /**
-   * `command` (a promise of the command connection), bounded by serverTimeoutMs. Our own
-   * connection has ioredis' commandTimeout for that; a supplied client's options are the user's,
-   * so its commands race a timer.
+   * `command` (a promise of the command connection), tracked for unreachable() and bounded by
+   * serverTimeoutMs: our own connection has ioredis' commandTimeout for that; a supplied
+   * client's options are the user's, so its commands race a timer.
    */
-  bounded<T>(command: Promise<T>): Promise<T> {
-    if (this.ownsClient) return command;
+  send<T>(command: Promise<T>): Promise<T> {
+    if (this.pending++ === 0) this.silentSince = performance.now();
+    if (this.ownsClient) return command.then(this.onAnswer as (value: T) => T, this.onFailure);
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('Command timed out')), this.serverTimeoutMs);
+      let settled = false;
+      const timer = setTimeout(() => {
+        settled = true;
+        reject(new Error('Command timed out'));
+      }, this.serverTimeoutMs);
       command.then(
         (value) => {
+          if (settled) return; // counted as failed at the timeout
           clearTimeout(timer);
-          resolve(value);
+          resolve(this.onAnswer(value) as T);
         },
         (error) => {
+          if (settled) return;
           clearTimeout(timer);
+          settled = true;
           reject(error);
         },
       );
-    });
+    }).catch(this.onFailure);
   }
 
   /**
@@ -201,6 +214,19 @@ export class RedisConnections {
       },
     );
   }
+
+  /** Shared by every command, so tracking makes no closure per command. */
+  private readonly onAnswer = (value: unknown): unknown => {
+    this.pending--;
+    this.silentSince = performance.now();
+    this.stalled = undefined;
+    return value;
+  };
+
+  private readonly onFailure = (error: unknown): never => {
+    this.pending--;
+    throw error;
+  };
 
   private readonly noteError = (error: Error): void => {
     this.lastError = error;

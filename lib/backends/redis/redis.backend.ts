@@ -214,7 +214,6 @@ export class RedisLockBackend implements LockBackend {
 
   /** The acquire script's answer for `waiter`: granted, or queued behind someone. */
   private onQueued(waiter: RedisWaiter, reply: [1, string] | [0, number] | QueuedReply, sentAt: number): void {
-    this.connections.answered();
     const { key, owner } = waiter;
     if (this.waiting.get(owner) !== waiter) {
       // Gave up (or granted by a message that came first): a grant here is handed on at once.
@@ -241,7 +240,6 @@ export class RedisLockBackend implements LockBackend {
       void this.cancelAtServer(key, owner, true);
       throw this.connections.failure(`try to acquire "${key}"`, error, sentAt);
     }
-    this.connections.answered();
     if (reply[0] !== 1) return null;
     // The reply came so late (a paused process) that the lease may be nearly over: ask first.
     if (this.isLate(sentAt, ttl) && !(await this.confirm(key, owner, reply[1], ttl).then((at) => at !== undefined))) return null;
@@ -254,7 +252,6 @@ export class RedisLockBackend implements LockBackend {
     const sentAt = performance.now();
     try {
       const renewed = await this.run(renewScript, [this.keysOf(grant.key).owner], [ownerValue(grant.fencingToken, grant.owner), Math.ceil(ttlMs)]);
-      this.connections.answered();
       return renewed === 1;
     } catch (error) {
       throw this.connections.failure(`renew "${grant.key}"`, error, sentAt);
@@ -350,7 +347,7 @@ export class RedisLockBackend implements LockBackend {
     const args = [ownerValue(run.from.fencingToken, run.from.owner)];
     for (const { owner, fence } of run.to) args.push(owner, fence);
     const sentAt = performance.now();
-    const transferred = this.connections.bounded(transferScript.runInOrder(this.connections.client, keys, args)).catch((error: unknown) => error);
+    const transferred = this.connections.send(transferScript.runInOrder(this.connections.client, keys, args)).catch((error: unknown) => error);
     const lastReleased = run.released ? this.releaseAtServer(key, ownerValue(last.fence, last.owner)) : undefined;
     void transferred.then(async (outcome) => {
       if (outcome === 1) {
@@ -390,7 +387,7 @@ export class RedisLockBackend implements LockBackend {
 
   /** A script on the command connection, bounded by serverTimeoutMs. */
   private run<Reply>(script: RedisScript<Reply>, keys: readonly string[], args: readonly (string | number)[]): Promise<Reply> {
-    return this.connections.bounded(script.run(this.connections.client, keys, args));
+    return this.connections.send(script.run(this.connections.client, keys, args));
   }
 
   private listen(): void {
@@ -451,7 +448,6 @@ export class RedisLockBackend implements LockBackend {
     const sentAt = performance.now();
     try {
       const renewed = await this.run(renewScript, [this.keysOf(key).owner], [ownerValue(fence, owner), ttlMs]);
-      this.connections.answered();
       return renewed === 1 ? sentAt : undefined;
     } catch (error) {
       throw this.connections.failure(`confirm a late grant of "${key}"`, error, sentAt);
@@ -521,7 +517,6 @@ export class RedisLockBackend implements LockBackend {
     const sentAt = performance.now();
     try {
       const [ownerPttlMs, granted, requeued, serverMs] = await this.run(checkScript, this.keysOf(key).all, args);
-      this.connections.answered();
       watch.clock.sample(serverMs, sentAt);
       for (const owner of requeued) {
         // Back at the tail with a new fence: no longer right behind anyone of ours.
