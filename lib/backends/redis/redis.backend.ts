@@ -22,15 +22,7 @@ import {
 } from './redis-lock-scripts';
 import { validateRedisOptions, type RedisBackendOptions } from './redis-options';
 import type { RedisScript } from './redis-script';
-import { ServerClock } from './server-clock';
-
-/** How long after a lease ends a waiter's safety check runs: timer lateness, not a poll. */
-const EXPIRY_CHECK_MARGIN_MS = 25;
-
-/** The safety check's period for a key: a third of the shortest waiting ttl, within [50 ms, 10 s]. */
-const checkIntervalMs = (ttlMs: number) => Math.min(Math.max(ttlMs / 3, 50), 10_000);
-/** A process whose checks stopped this long ago is dead to the queue: its waiters are skipped. */
-const staleAfterMs = (intervalMs: number) => Math.round(intervalMs * 3 + 1_000);
+import { KeyWatches, type KeyWatch } from './redis-key-watches';
 
 const KEY_CACHE_SIZE = 10_000;
 /**
@@ -69,25 +61,6 @@ interface HandOverRun {
   finish(): void;
 }
 
-/** This process's waiters on one key, and the timer of their shared safety check. */
-interface KeyWatch {
-  readonly waiters: Map<string, RedisWaiter>;
-  /**
-   * The shortest ttl of the waiters that joined since the watch began; it sets how often the key
-   * is checked. Kept as waiters leave (a check a little more often than needed is harmless), so
-   * a burst of waiters costs O(1) each, not a scan of the others.
-   */
-  shortestTtlMs: number;
-  timer?: NodeJS.Timeout;
-  /** performance.now() the timer fires at. */
-  checkAt: number;
-  /**
-   * The server's clock as replies on this key tell it: on Cluster each key's node has its own,
-   * and a grant of this key is timed by that node.
-   */
-  readonly clock: ServerClock;
-}
-
 /**
  * Redis (single node, Sentinel or Cluster): a FIFO queue per lock name with direct handoff.
  * The release script makes the next waiter the owner and publishes the grant on that waiter's
@@ -102,7 +75,7 @@ export class RedisLockBackend implements LockBackend {
   private readonly clientId = randomBytes(12).toString('base64url');
   private readonly channel = GRANT_CHANNEL_PREFIX + this.clientId;
   private readonly waiting = new Map<string, RedisWaiter>();
-  private readonly watches = new Map<string, KeyWatch>();
+  private readonly watches = new KeyWatches((key, watch) => void this.check(key, watch));
   private readonly held = new Map<string, LockGrant>();
   private readonly successors = new LocalSuccessors();
   private readonly waiterEvents: WaiterEvents = {
@@ -110,7 +83,7 @@ export class RedisLockBackend implements LockBackend {
       if (!this.waiting.delete(waiter.owner)) return false;
       if (granted) this.successors.granted(waiter.owner);
       else this.successors.left(waiter.owner);
-      this.unwatch(waiter.key, waiter.owner);
+      this.watches.remove(waiter.key, waiter.owner);
       return true;
     },
     abandoned: (waiter) => void this.cancelAtServer(waiter.key, waiter.owner),
@@ -140,7 +113,7 @@ export class RedisLockBackend implements LockBackend {
     validateRedisOptions(options);
     this.connections = new RedisConnections(options, settings, this.channel, () => {
       // Grants published while the subscriber was reconnecting are lost: check every waiting key now.
-      for (const key of this.watches.keys()) this.scheduleCheck(key, -1, 0);
+      for (const key of this.watches.keys()) this.watches.schedule(key, -1, 0);
     });
     this.address = this.connections.address;
     this.listen();
@@ -204,7 +177,7 @@ export class RedisLockBackend implements LockBackend {
     if (waiters.length === 0) return;
     if (waiters.length === 1) return this.sendAcquire(waiters[0]);
     const sentAt = performance.now();
-    const args: (string | number)[] = [this.clientId, this.staleAfter(key, this.shortestTtl(waiters)), key];
+    const args: (string | number)[] = [this.clientId, this.watches.staleAfter(key, this.shortestTtl(waiters)), key];
     for (const waiter of waiters) args.push(waiter.owner, waiter.ttlMs);
     this.run(acquireBatchScript, this.keysOf(key).all, args).then(
       (replies) => waiters.forEach((waiter, i) => this.onQueued(waiter, replies[i], sentAt)),
@@ -225,8 +198,8 @@ export class RedisLockBackend implements LockBackend {
     waiter.fence = fence;
     if (!waiter.listenForAbort()) return;
     if (this.waiting.has(ahead) || this.held.has(ahead)) this.successors.link(ahead, owner);
-    this.watch(waiter).clock.sample(serverMs, sentAt);
-    this.scheduleCheck(key, ownerPttlMs);
+    this.watches.add(waiter).clock.sample(serverMs, sentAt);
+    this.watches.schedule(key, ownerPttlMs);
   }
 
   async tryAcquire({ key, owner, ttlMs }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
@@ -293,6 +266,7 @@ export class RedisLockBackend implements LockBackend {
       pending.push(this.cancelAtServer(waiter.key, waiter.owner, true));
     }
     for (const key of [...this.runs.keys()]) this.tellHandOvers(key);
+    this.watches.clear();
     this.closing.abort(this.lifecycle.closedWhileHeld());
     this.successors.clear();
     for (const grant of [...this.held.values()]) pending.push(this.release(grant).catch(() => undefined));
@@ -381,7 +355,7 @@ export class RedisLockBackend implements LockBackend {
   }
 
   private runAcquire(key: string, owner: string, ttlMs: number, mayQueue: boolean) {
-    const args = [owner, ttlMs, this.clientId, this.staleAfter(key, ttlMs), key, mayQueue ? '1' : '0'];
+    const args = [owner, ttlMs, this.clientId, this.watches.staleAfter(key, ttlMs), key, mayQueue ? '1' : '0'];
     return this.run(acquireScript, this.keysOf(key).all, args);
   }
 
@@ -426,7 +400,7 @@ export class RedisLockBackend implements LockBackend {
         if (this.waiting.get(owner) !== waiter) return;
         if (confirmedAt !== undefined) return this.deliver(key, owner, fence, confirmedAt);
         // The lease ran out before we heard of it: the safety check puts the waiter back in the queue.
-        this.scheduleCheck(key, -1, 0);
+        this.watches.schedule(key, -1, 0);
       },
       (error) => {
         waiter.confirming = false;
@@ -471,48 +445,10 @@ export class RedisLockBackend implements LockBackend {
     });
   }
 
-  private watch(waiter: RedisWaiter): KeyWatch {
-    let watch = this.watches.get(waiter.key);
-    if (!watch) this.watches.set(waiter.key, (watch = { waiters: new Map(), shortestTtlMs: Infinity, checkAt: Infinity, clock: new ServerClock() }));
-    watch.waiters.set(waiter.owner, waiter);
-    watch.shortestTtlMs = Math.min(watch.shortestTtlMs, waiter.ttlMs);
-    return watch;
-  }
-
-  private unwatch(key: string, owner: string): void {
-    const watch = this.watches.get(key);
-    if (!watch) return;
-    watch.waiters.delete(owner);
-    if (watch.waiters.size > 0) return;
-    clearTimeout(watch.timer);
-    this.watches.delete(key);
-  }
-
-  /**
-   * Schedules the key's safety check: just after the holder's lease would end (a holder that
-   * died is noticed then, not a poll later), and at least every checkIntervalMs to stay alive.
-   */
-  private scheduleCheck(key: string, ownerPttlMs: number, delayMs?: number): void {
-    const watch = this.watches.get(key);
-    if (!watch || !this.lifecycle.isOpen) return;
-    const interval = checkIntervalMs(watch.shortestTtlMs);
-    const delay = delayMs ?? (ownerPttlMs >= 0 ? Math.min(interval, ownerPttlMs + EXPIRY_CHECK_MARGIN_MS) : interval);
-    const at = performance.now() + delay;
-    // A check already due sooner serves this one too: a burst of waiters sets one timer, not one each.
-    if (watch.timer && watch.checkAt <= at) return;
-    clearTimeout(watch.timer);
-    watch.checkAt = at;
-    watch.timer = setTimeout(() => {
-      watch.timer = undefined;
-      void this.check(key, watch);
-    }, delay);
-    watch.timer.unref();
-  }
-
   private async check(key: string, watch: KeyWatch): Promise<void> {
     const waiters = [...watch.waiters.values()];
-    if (waiters.length === 0) return;
-    const args: (string | number)[] = [this.clientId, this.staleAfter(key, watch.shortestTtlMs), key];
+    if (waiters.length === 0 || !this.lifecycle.isOpen) return;
+    const args: (string | number)[] = [this.clientId, this.watches.staleAfter(key, watch.shortestTtlMs), key];
     for (const waiter of waiters) args.push(waiter.owner, waiter.ttlMs);
     const sentAt = performance.now();
     try {
@@ -529,11 +465,11 @@ export class RedisLockBackend implements LockBackend {
         const waiter = this.waiting.get(granted[i]);
         this.grantLate(key, granted[i], granted[i + 1], waiter ? serverMs + ownerPttlMs - waiter.ttlMs : undefined);
       }
-      this.scheduleCheck(key, ownerPttlMs);
+      this.watches.schedule(key, ownerPttlMs);
     } catch (error) {
       const failure = this.connections.failure(`check the queue of "${key}"`, error, sentAt);
       logger.warn(`Checking the queue of "${key}" failed, retrying: ${failure.message}`);
-      this.scheduleCheck(key, -1);
+      this.watches.schedule(key, -1);
     }
   }
 
@@ -541,11 +477,6 @@ export class RedisLockBackend implements LockBackend {
     let shortest = Infinity;
     for (const waiter of waiters) shortest = Math.min(shortest, waiter.ttlMs);
     return shortest;
-  }
-
-  private staleAfter(key: string, ttlMs: number): number {
-    const watch = this.watches.get(key);
-    return staleAfterMs(checkIntervalMs(watch ? Math.min(ttlMs, watch.shortestTtlMs) : ttlMs));
   }
 
   private keysOf(key: string): LockKeys {
