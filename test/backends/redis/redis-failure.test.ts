@@ -3,12 +3,12 @@ import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it, type TestContext } from 'node:test';
 import { ConsoleLogger, Logger } from '@nestjs/common';
 import { Redis } from 'ioredis';
-import { LockServerUnreachableError, type LockBackend, type LockService } from '../../../lib';
+import { LockLostError, LockServerUnreachableError, type LockBackend, type LockService } from '../../../lib';
 import { createRedisBackend, type RedisLockBackend } from '../../../lib/backends/redis/redis.backend';
 import type { RedisBackendOptions } from '../../../lib/backends/redis/redis-options';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { startRedisServer, type RedisServer } from '../../support/redis-server';
-import { eventually, FAULT_SUITE_TIMEOUT_MS } from '../../support/timing';
+import { abortedWithin, eventually, FAULT_SUITE_TIMEOUT_MS, sleep } from '../../support/timing';
 import { BlackHoleProxy } from './black-hole-proxy';
 
 const SERVER_TIMEOUT_MS = 1_000;
@@ -127,16 +127,46 @@ describe('redis backend when the server cannot be reached', { timeout: FAULT_SUI
     await assertUnreachable(t, 'acquire from a backend started behind it', address, () => late.service.acquire(newName(), { waitTimeoutMs: 10_000 }));
   });
 
-  it('server down at startup: the backend is created at once, warns once naming the server, fails the first call clearly, and works once the server starts', async (t) => {
-    const warnings: string[] = [];
-    const consoleErrors: string[] = [];
-    Logger.overrideLogger({ log() {}, error() {}, verbose() {}, debug() {}, warn: (message: unknown) => void warnings.push(String(message)) });
+  /** The library's warnings, and what ioredis prints to console.error, while the test runs. */
+  function captureLogs(): { warnings: string[]; consoleErrors: string[] } {
+    const captured = { warnings: [] as string[], consoleErrors: [] as string[] };
+    Logger.overrideLogger({ log() {}, error() {}, verbose() {}, debug() {}, warn: (message: unknown) => void captured.warnings.push(String(message)) });
     const consoleError = console.error;
-    console.error = (...args: unknown[]) => void consoleErrors.push(args.map(String).join(' '));
+    console.error = (...args: unknown[]) => void captured.consoleErrors.push(args.map(String).join(' '));
     cleanups.push(() => {
       Logger.overrideLogger(new ConsoleLogger());
       console.error = consoleError;
     });
+    return captured;
+  }
+
+  it('server killed while a lock is held: a warning naming the server soon after, and the lock lost as server-unreachable by its lease end', async (t) => {
+    const { warnings } = captureLogs();
+    const { service } = await open({ type: 'redis', url: redis.url });
+    const name = newName();
+    const ttlMs = 3_000;
+    const lock = await service.acquire(name, { ttlMs });
+    await sleep(1_000);
+    const killedAt = performance.now();
+    await redis.server.stop('SIGKILL');
+    // Renewals run every ttl/3 and fail within serverTimeoutMs.
+    const warnBoundMs = ttlMs / 3 + BOUND_MS;
+    await eventually(() => warnings.some((warning) => warning.includes(name)), warnBoundMs + 1_000, 'a warning about the renewal');
+    const warnedMs = Math.round(performance.now() - killedAt);
+    await abortedWithin(lock.signal, ttlMs + MARGIN_MS);
+    const lostMs = Math.round(performance.now() - killedAt);
+    t.diagnostic(`warned ${warnedMs} ms after the kill (bound ${warnBoundMs} ms), lost after ${lostMs} ms (bound: the lease, ${ttlMs} ms)`);
+    assert.ok(warnedMs <= warnBoundMs, `warned after ${warnedMs} ms`);
+    assert.match(warnings.find((warning) => warning.includes(name))!, new RegExp(`127\\.0\\.0\\.1:${redis.port}`));
+    assert.equal((lock.signal.reason as LockLostError).reason, 'server-unreachable');
+    await lock.release();
+    await redis.server.restart();
+  });
+
+  it('server down at startup: the backend is created at once, warns once naming the server, fails the first call clearly, and works once the server starts', async (t) => {
+    const { warnings, consoleErrors } = captureLogs();
+    // This backend's startup warnings only: a lock of an earlier test may still report its release.
+    const startupWarnings = () => warnings.filter((warning) => warning.includes('of startup'));
     await redis.server.stop();
     const started = performance.now();
     const { backend, service } = await open({ type: 'redis', url: `redis://127.0.0.1:${redis.port}` });
@@ -147,13 +177,13 @@ describe('redis backend when the server cannot be reached', { timeout: FAULT_SUI
     assert.equal(backend.address, address);
     await assertUnreachable(t, 'first acquire, waitTimeoutMs 300', address, () => service.acquire(newName(), { waitTimeoutMs: 300 }), 300 + MARGIN_MS);
     await assertUnreachable(t, 'acquire', address, () => service.acquire(newName(), { waitTimeoutMs: 10_000 }));
-    await eventually(() => warnings.length > 0, 2_000, 'the startup warning');
-    assert.equal(warnings.length, 1, warnings.join('\n'));
-    assert.match(warnings[0], new RegExp(`${address}.*within ${SERVER_TIMEOUT_MS} ms`));
+    await eventually(() => startupWarnings().length > 0, 2_000, 'the startup warning');
+    assert.equal(startupWarnings().length, 1, startupWarnings().join('\n'));
+    assert.match(startupWarnings()[0], new RegExp(`${address}.*within ${SERVER_TIMEOUT_MS} ms`));
     await redis.server.restart();
     await eventually(() => backend.unreachable() === undefined, 5_000, 'the backend to connect');
     await works(service);
-    assert.equal(warnings.length, 1, warnings.join('\n'));
+    assert.equal(startupWarnings().length, 1, startupWarnings().join('\n'));
     assert.deepEqual(consoleErrors.filter((line) => line.includes('Unhandled error event')), [], 'ioredis reported an unhandled error event');
   });
 });
