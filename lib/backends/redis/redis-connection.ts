@@ -48,7 +48,8 @@ export class RedisConnections {
   /** Outstanding commands with no answer for this long: the server is not answering. */
   private readonly silenceMs: number;
   private subscribing = false;
-  private closed = false;
+  /** close() ran: the connections are gone, and every lock of this backend was released before. */
+  closed = false;
   private readonly subscribedWaits = new Set<() => void>();
   private readonly startupWarning: NodeJS.Timeout;
 

@@ -23,6 +23,7 @@ import {
 import { validateRedisOptions, type RedisBackendOptions } from './redis-options';
 import type { RedisScript } from './redis-script';
 import { KeyWatches, type KeyWatch } from './redis-key-watches';
+import { HandOverRuns, type HandOverRun } from './hand-over-runs';
 
 const KEY_CACHE_SIZE = 10_000;
 /**
@@ -41,25 +42,6 @@ const MAX_PER_SCRIPT = 500;
 const LATE_GRANT_SHARE = 1 / 3;
 
 const logger = new Logger('DistributedLock');
-
-/**
- * A run of hand-overs inside this process on one key that Redis has not heard of yet: the lock
- * went from `from` (the owner Redis still has) to each of `to` in turn. Told to Redis in one
- * transfer script once the process is idle (process.nextTick runs after every pending promise
- * reaction), so a burst of this process's callers costs one command, not one per caller.
- */
-interface HandOverRun {
-  readonly from: LockGrant;
-  readonly to: { owner: string; fence: string }[];
-  /** The last of `to` let go with no waiter of ours behind it: release it after the transfer. */
-  released: boolean;
-  /** Settles once Redis has the run: when it was sent, or undefined when refused. */
-  readonly recorded: Promise<number | undefined>;
-  record(sentAt: number | undefined): void;
-  /** Every release folded into the run waits for this. */
-  readonly done: Promise<void>;
-  finish(): void;
-}
 
 /**
  * Redis (single node, Sentinel or Cluster): a FIFO queue per lock name with direct handoff.
@@ -89,7 +71,14 @@ export class RedisLockBackend implements LockBackend {
     abandoned: (waiter) => void this.cancelAtServer(waiter.key, waiter.owner),
   };
   /** Per key, the hand-overs inside this process that Redis has not been told of yet. */
-  private readonly runs = new Map<string, HandOverRun>();
+  private readonly runs = new HandOverRuns({
+    transfer: (key, args) => this.connections.send(transferScript.runInOrder(this.connections.client, this.keysOf(key).all, args)),
+    release: (key, fence, owner) => this.releaseAtServer(key, ownerValue(fence, owner)),
+    takeBack: (key, owner, fence) => {
+      if (this.held.get(owner)?.fencingToken === BigInt(fence)) this.held.delete(owner);
+      return this.cancelAtServer(key, owner);
+    },
+  });
   /**
    * Per key, the acquisitions of this tick after the first (which went out at once): sent
    * together at the end of the tick, in one script (see sendBatch).
@@ -221,7 +210,7 @@ export class RedisLockBackend implements LockBackend {
 
   async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
     if (!this.lifecycle.isOpen) return false;
-    this.tellHandOvers(grant.key);
+    this.runs.tell(grant.key);
     const sentAt = performance.now();
     try {
       const renewed = await this.run(renewScript, [this.keysOf(grant.key).owner], [ownerValue(grant.fencingToken, grant.owner), Math.ceil(ttlMs)]);
@@ -236,6 +225,8 @@ export class RedisLockBackend implements LockBackend {
    * (see handOver); otherwise the release script hands the lock on through Redis.
    */
   release(grant: LockGrant, validForMs?: number): Promise<void> {
+    // close() released what was held; the connections are gone.
+    if (this.connections.closed) return Promise.resolve();
     this.held.delete(grant.owner);
     const successor = this.successors.takeSuccessor(grant.owner);
     // None after close(): it settled every waiter, and acquire() refuses new ones.
@@ -248,9 +239,9 @@ export class RedisLockBackend implements LockBackend {
       else run.released = true;
       return run.done;
     }
-    this.tellHandOvers(grant.key);
+    this.runs.tell(grant.key);
     if (handOver) {
-      const started = this.startRun(grant);
+      const started = this.runs.start(grant);
       this.handOver(started, next!, validForMs!);
       return started.done;
     }
@@ -265,7 +256,7 @@ export class RedisLockBackend implements LockBackend {
       waiter.settle(undefined, waitError);
       pending.push(this.cancelAtServer(waiter.key, waiter.owner, true));
     }
-    for (const key of [...this.runs.keys()]) this.tellHandOvers(key);
+    this.runs.tellAll();
     this.watches.clear();
     this.closing.abort(this.lifecycle.closedWhileHeld());
     this.successors.clear();
@@ -284,60 +275,7 @@ export class RedisLockBackend implements LockBackend {
    * of this process's callers moves at the speed of the process, in FIFO order.
    */
   private handOver(run: HandOverRun, to: RedisWaiter, validForMs: number): void {
-    run.to.push({ owner: to.owner, fence: to.fence! });
-    const provisional = { validUntil: performance.now() + validForMs, recorded: run.recorded };
-    to.settle(this.grantOf(run.from.key, to.owner, to.fence!, undefined, provisional));
-  }
-
-  private startRun(from: LockGrant): HandOverRun {
-    let record!: (sentAt: number | undefined) => void;
-    let finish!: () => void;
-    const run: HandOverRun = {
-      from,
-      to: [],
-      released: false,
-      recorded: new Promise((resolve) => (record = resolve)),
-      record,
-      done: new Promise((resolve) => (finish = resolve)),
-      finish,
-    };
-    this.runs.set(from.key, run);
-    process.nextTick(() => this.tellHandOvers(from.key));
-    return run;
-  }
-
-  /**
-   * Sends the key's pending run, if any: before any other command on the key, so Redis always
-   * hears of the hand-overs first. If Redis no longer has things as we believe (the owner's
-   * lease vanished in a restart, a waiter was re-queued), nothing changes there, and every
-   * holder of the run is told its lock is lost before the old owner is let go.
-   */
-  private tellHandOvers(key: string): void {
-    const run = this.runs.get(key);
-    if (!run) return;
-    this.runs.delete(key);
-    const keys = this.keysOf(key).all;
-    const last = run.to[run.to.length - 1];
-    const args = [ownerValue(run.from.fencingToken, run.from.owner)];
-    for (const { owner, fence } of run.to) args.push(owner, fence);
-    const sentAt = performance.now();
-    const transferred = this.connections.send(transferScript.runInOrder(this.connections.client, keys, args)).catch((error: unknown) => error);
-    const lastReleased = run.released ? this.releaseAtServer(key, ownerValue(last.fence, last.owner)) : undefined;
-    void transferred.then(async (outcome) => {
-      if (outcome === 1) {
-        run.record(sentAt);
-      } else {
-        run.record(undefined);
-        logger.warn(`Handing "${key}" on inside this process failed (${outcome === 0 ? 'the lease was gone' : outcome === 2 ? 'a waiter was re-queued' : String(outcome)}); its holders were told the lock is lost.`);
-        for (const { owner, fence } of run.to) {
-          if (this.held.get(owner)?.fencingToken === BigInt(fence)) this.held.delete(owner);
-          await this.cancelAtServer(key, owner);
-        }
-        if (outcome !== 0) await this.releaseAtServer(key, ownerValue(run.from.fencingToken, run.from.owner)).catch(() => undefined);
-      }
-      await lastReleased?.catch(() => undefined);
-      run.finish();
-    });
+    to.settle(this.grantOf(run.from.key, to.owner, to.fence!, undefined, this.runs.extend(run, to.owner, to.fence!, validForMs)));
   }
 
   /**
