@@ -113,11 +113,17 @@ export class RedisConnections {
   /**
    * `command` (a promise of the command connection), tracked for unreachable() and bounded by
    * serverTimeoutMs: our own connection has ioredis' commandTimeout for that; a supplied
-   * client's options are the user's, so its commands race a timer.
+   * client's options are the user's, so its commands race a timer. A failure rejects with
+   * failure()'s error, for `${verb} "${key}"`.
    */
-  send<T>(command: Promise<T>): Promise<T> {
-    if (this.pending++ === 0) this.silentSince = performance.now();
-    if (this.ownsClient) return command.then(this.onAnswer as (value: T) => T, this.onFailure);
+  send<T>(command: Promise<T>, verb: string, key: string): Promise<T> {
+    const sentAt = performance.now();
+    if (this.pending++ === 0) this.silentSince = sentAt;
+    const failed = (error: unknown): never => {
+      this.pending--;
+      throw this.failure(`${verb} "${key}"`, error, sentAt);
+    };
+    if (this.ownsClient) return command.then(this.onAnswer as (value: T) => T, failed);
     return new Promise<T>((resolve, reject) => {
       let settled = false;
       const timer = setTimeout(() => {
@@ -137,7 +143,7 @@ export class RedisConnections {
           reject(error);
         },
       );
-    }).catch(this.onFailure);
+    }).catch(failed);
   }
 
   /**
@@ -222,11 +228,6 @@ export class RedisConnections {
     this.silentSince = performance.now();
     this.stalled = undefined;
     return value;
-  };
-
-  private readonly onFailure = (error: unknown): never => {
-    this.pending--;
-    throw error;
   };
 
   private readonly noteError = (error: Error): void => {

@@ -72,7 +72,7 @@ export class RedisLockBackend implements LockBackend {
   };
   /** Per key, the hand-overs inside this process that Redis has not been told of yet. */
   private readonly runs = new HandOverRuns({
-    transfer: (key, args) => this.connections.send(transferScript.runInOrder(this.connections.client, this.keysOf(key).all, args)),
+    transfer: (key, args) => this.connections.send(transferScript.runInOrder(this.connections.client, this.keysOf(key).all, args), 'hand over', key),
     release: (key, fence, owner) => this.releaseAtServer(key, ownerValue(fence, owner)),
     takeBack: (key, owner, fence) => {
       if (this.held.get(owner)?.fencingToken === BigInt(fence)) this.held.delete(owner);
@@ -143,7 +143,7 @@ export class RedisLockBackend implements LockBackend {
     const sentAt = performance.now();
     this.runAcquire(waiter.key, waiter.owner, waiter.ttlMs, true).then(
       (reply) => this.onQueued(waiter, reply, sentAt),
-      (error) => this.acquireFailed(waiter, error, sentAt),
+      (error) => this.acquireFailed(waiter, error),
     );
   }
 
@@ -152,8 +152,8 @@ export class RedisLockBackend implements LockBackend {
    * server wakes up): a cancel sent after it on the same connection takes that grant or queue
    * entry back.
    */
-  private acquireFailed(waiter: RedisWaiter, error: unknown, sentAt: number): void {
-    waiter.settle(undefined, this.connections.failure(`acquire "${waiter.key}"`, error, sentAt));
+  private acquireFailed(waiter: RedisWaiter, error: unknown): void {
+    waiter.settle(undefined, error);
     void this.cancelAtServer(waiter.key, waiter.owner, true);
   }
 
@@ -168,9 +168,9 @@ export class RedisLockBackend implements LockBackend {
     const sentAt = performance.now();
     const args: (string | number)[] = [this.clientId, this.watches.staleAfter(key, this.shortestTtl(waiters)), key];
     for (const waiter of waiters) args.push(waiter.owner, waiter.ttlMs);
-    this.run(acquireBatchScript, this.keysOf(key).all, args).then(
+    this.run(acquireBatchScript, 'acquire', key, args).then(
       (replies) => waiters.forEach((waiter, i) => this.onQueued(waiter, replies[i], sentAt)),
-      (error) => waiters.forEach((waiter) => this.acquireFailed(waiter, error, sentAt)),
+      (error) => waiters.forEach((waiter) => this.acquireFailed(waiter, error)),
     );
   }
 
@@ -200,7 +200,7 @@ export class RedisLockBackend implements LockBackend {
       reply = await this.runAcquire(key, owner, ttl, false);
     } catch (error) {
       void this.cancelAtServer(key, owner, true);
-      throw this.connections.failure(`try to acquire "${key}"`, error, sentAt);
+      throw error;
     }
     if (reply[0] !== 1) return null;
     // The reply came so late (a paused process) that the lease may be nearly over: ask first.
@@ -211,13 +211,8 @@ export class RedisLockBackend implements LockBackend {
   async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
     if (!this.lifecycle.isOpen) return false;
     this.runs.tell(grant.key);
-    const sentAt = performance.now();
-    try {
-      const renewed = await this.run(renewScript, [this.keysOf(grant.key).owner], [ownerValue(grant.fencingToken, grant.owner), Math.ceil(ttlMs)]);
-      return renewed === 1;
-    } catch (error) {
-      throw this.connections.failure(`renew "${grant.key}"`, error, sentAt);
-    }
+    const renewed = await this.run(renewScript, 'renew', grant.key, [ownerValue(grant.fencingToken, grant.owner), Math.ceil(ttlMs)], [this.keysOf(grant.key).owner]);
+    return renewed === 1;
   }
 
   /**
@@ -283,23 +278,20 @@ export class RedisLockBackend implements LockBackend {
    * changes nothing for the caller.
    */
   private releaseAtServer(key: string, value: string): Promise<void> {
-    const sentAt = performance.now();
-    return this.run(releaseScript, this.keysOf(key).all, [value, key]).then(
-      () => undefined,
-      (error) => {
-        throw this.connections.failure(`release "${key}"`, error, sentAt);
-      },
-    );
+    return this.run(releaseScript, 'release', key, [value, key]) as Promise<unknown> as Promise<void>;
   }
 
   private runAcquire(key: string, owner: string, ttlMs: number, mayQueue: boolean) {
     const args = [owner, ttlMs, this.clientId, this.watches.staleAfter(key, ttlMs), key, mayQueue ? '1' : '0'];
-    return this.run(acquireScript, this.keysOf(key).all, args);
+    return this.run(acquireScript, mayQueue ? 'acquire' : 'try to acquire', key, args);
   }
 
-  /** A script on the command connection, bounded by serverTimeoutMs. */
-  private run<Reply>(script: RedisScript<Reply>, keys: readonly string[], args: readonly (string | number)[]): Promise<Reply> {
-    return this.connections.send(script.run(this.connections.client, keys, args));
+  /**
+   * A script on the command connection for lock `key` (its keys unless given), bounded by
+   * serverTimeoutMs; a failure is a LockBackendError or LockServerUnreachableError for `${verb} "${key}"`.
+   */
+  private run<Reply>(script: RedisScript<Reply>, verb: string, key: string, args: readonly (string | number)[], keys = this.keysOf(key).all): Promise<Reply> {
+    return this.connections.send(script.run(this.connections.client, keys, args), verb, key);
   }
 
   private listen(): void {
@@ -358,12 +350,8 @@ export class RedisLockBackend implements LockBackend {
    */
   private async confirm(key: string, owner: string, fence: string, ttlMs: number): Promise<number | undefined> {
     const sentAt = performance.now();
-    try {
-      const renewed = await this.run(renewScript, [this.keysOf(key).owner], [ownerValue(fence, owner), ttlMs]);
-      return renewed === 1 ? sentAt : undefined;
-    } catch (error) {
-      throw this.connections.failure(`confirm a late grant of "${key}"`, error, sentAt);
-    }
+    const renewed = await this.run(renewScript, 'confirm a late grant of', key, [ownerValue(fence, owner), ttlMs], [this.keysOf(key).owner]);
+    return renewed === 1 ? sentAt : undefined;
   }
 
   /** A grant for `owner`: to its waiter if it still waits, else (it gave up) handed on at once. */
@@ -378,7 +366,7 @@ export class RedisLockBackend implements LockBackend {
 
   /** `quiet`: a cancel after a failure, while the server may well be down; it goes stale on its own. */
   private cancelAtServer(key: string, owner: string, quiet = false): Promise<unknown> {
-    return this.run(cancelScript, this.keysOf(key).all, [owner, key]).catch((error) => {
+    return this.run(cancelScript, 'leave the queue of', key, [owner, key]).catch((error) => {
       if (!quiet) logger.warn(`Leaving the queue of "${key}" failed; the entry goes stale on its own: ${error.message}`);
     });
   }
@@ -390,7 +378,7 @@ export class RedisLockBackend implements LockBackend {
     for (const waiter of waiters) args.push(waiter.owner, waiter.ttlMs);
     const sentAt = performance.now();
     try {
-      const [ownerPttlMs, granted, requeued, serverMs] = await this.run(checkScript, this.keysOf(key).all, args);
+      const [ownerPttlMs, granted, requeued, serverMs] = await this.run(checkScript, 'check the queue of', key, args);
       watch.clock.sample(serverMs, sentAt);
       for (const owner of requeued) {
         // Back at the tail with a new fence: no longer right behind anyone of ours.
@@ -405,8 +393,7 @@ export class RedisLockBackend implements LockBackend {
       }
       this.watches.schedule(key, ownerPttlMs);
     } catch (error) {
-      const failure = this.connections.failure(`check the queue of "${key}"`, error, sentAt);
-      logger.warn(`Checking the queue of "${key}" failed, retrying: ${failure.message}`);
+      logger.warn(`Checking the queue of "${key}" failed, retrying: ${(error as Error).message}`);
       this.watches.schedule(key, -1);
     }
   }
