@@ -84,9 +84,10 @@ export class RedisConnections {
     this.subscribe();
     this.startupWarning = setTimeout(() => {
       if (this.subscribed || this.closed) return;
+      const why = this.unreachable() ?? this.lastError;
       logger.warn(
         `The redis server at ${this.address} could not be reached within ${this.serverTimeoutMs} ms of startup` +
-          `${this.lastError ? ` (${this.lastError.message})` : ''}; lock calls fail with LockServerUnreachableError until it can be. Connecting goes on in the background.`,
+          `${why ? ` (${why.message})` : ''}; lock calls fail with LockServerUnreachableError until it can be. Connecting goes on in the background.`,
       );
     }, settings.serverTimeoutMs);
     this.startupWarning.unref();

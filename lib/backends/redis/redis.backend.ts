@@ -195,17 +195,17 @@ export class RedisLockBackend implements LockBackend {
     this.lifecycle.assertOpen();
     const sentAt = performance.now();
     const ttl = Math.ceil(ttlMs);
-    let reply: Awaited<ReturnType<RedisLockBackend['runAcquire']>>;
     try {
-      reply = await this.runAcquire(key, owner, ttl, false);
+      const reply = await this.runAcquire(key, owner, ttl, false);
+      if (reply[0] !== 1) return null;
+      // The reply came so late (a paused process) that the lease may be nearly over: ask first.
+      const requestedAt = this.isLate(sentAt, ttl) ? await this.confirm(key, owner, reply[1], ttl) : sentAt;
+      return requestedAt === undefined ? null : this.grantOf(key, owner, reply[1], requestedAt);
     } catch (error) {
+      // The script may still run (a paused server wakes up): the cancel, sent after it, gives back what it took.
       void this.cancelAtServer(key, owner, true);
       throw error;
     }
-    if (reply[0] !== 1) return null;
-    // The reply came so late (a paused process) that the lease may be nearly over: ask first.
-    if (this.isLate(sentAt, ttl) && !(await this.confirm(key, owner, reply[1], ttl).then((at) => at !== undefined))) return null;
-    return this.grantOf(key, owner, reply[1], sentAt);
   }
 
   async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
