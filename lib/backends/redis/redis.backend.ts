@@ -8,24 +8,12 @@ import { LocalSuccessors } from './local-successors';
 import { RedisWaiter, type WaiterEvents } from './redis-waiter';
 import { RedisConnections } from './redis-connection';
 import { parseGrantMessage } from './redis-grant-message';
-import { lockKeys, type LockKeys } from './redis-keys';
-import {
-  acquireBatchScript,
-  acquireScript,
-  cancelScript,
-  checkScript,
-  GRANT_CHANNEL_PREFIX,
-  releaseScript,
-  renewScript,
-  transferScript,
-  type QueuedReply,
-} from './redis-lock-scripts';
+import { GRANT_CHANNEL_PREFIX, type QueuedReply } from './redis-lock-scripts';
 import { validateRedisOptions, type RedisBackendOptions } from './redis-options';
-import type { RedisScript } from './redis-script';
+import { ownerValue, RedisCommands } from './redis-commands';
 import { KeyWatches, type KeyWatch } from './redis-key-watches';
 import { HandOverRuns, type HandOverRun } from './hand-over-runs';
 
-const KEY_CACHE_SIZE = 10_000;
 /**
  * A holder hands the lock to a waiter of its own process only when its lease is known valid at
  * least this much longer: the waiter runs under that lease until Redis has recorded the
@@ -68,15 +56,15 @@ export class RedisLockBackend implements LockBackend {
       this.watches.remove(waiter.key, waiter.owner);
       return true;
     },
-    abandoned: (waiter) => void this.cancelAtServer(waiter.key, waiter.owner),
+    abandoned: (waiter) => void this.commands.cancel(waiter.key, waiter.owner),
   };
   /** Per key, the hand-overs inside this process that Redis has not been told of yet. */
   private readonly runs = new HandOverRuns({
-    transfer: (key, args) => this.connections.send(transferScript.runInOrder(this.connections.client, this.keysOf(key).all, args), 'hand over', key),
-    release: (key, fence, owner) => this.releaseAtServer(key, ownerValue(fence, owner)),
+    transfer: (key, args) => this.commands.transfer(key, args),
+    release: (key, fence, owner) => this.commands.release(key, ownerValue(fence, owner)),
     takeBack: (key, owner, fence) => {
       if (this.held.get(owner)?.fencingToken === BigInt(fence)) this.held.delete(owner);
-      return this.cancelAtServer(key, owner);
+      return this.commands.cancel(key, owner);
     },
   });
   /**
@@ -84,8 +72,6 @@ export class RedisLockBackend implements LockBackend {
    * together at the end of the tick, in one script (see sendBatch).
    */
   private readonly batches = new Map<string, RedisWaiter[]>();
-  /** Key names per lock key, built once: apps lock a bounded set of names, and a cycle needs them twice. */
-  private readonly keyCache = new Map<string, LockKeys>();
   /**
    * Redis cannot tell us a lease is gone without being asked (renewal asks), so the only loss the
    * backend reports itself is its own closing: one signal shared by every grant, fired by close().
@@ -93,6 +79,7 @@ export class RedisLockBackend implements LockBackend {
   private readonly closing = new AbortController();
   private readonly lifecycle = new BackendLifecycle('redis');
   private readonly connections: RedisConnections;
+  private readonly commands: RedisCommands;
 
   /**
    * Validates and starts connecting in the background: never waits for the server (see
@@ -104,6 +91,7 @@ export class RedisLockBackend implements LockBackend {
       // Grants published while the subscriber was reconnecting are lost: check every waiting key now.
       for (const key of this.watches.keys()) this.watches.schedule(key, -1, 0);
     });
+    this.commands = new RedisCommands(this.connections, this.clientId);
     this.address = this.connections.address;
     this.listen();
   }
@@ -141,7 +129,7 @@ export class RedisLockBackend implements LockBackend {
   /** One acquisition alone: the acquire script. */
   private sendAcquire(waiter: RedisWaiter): void {
     const sentAt = performance.now();
-    this.runAcquire(waiter.key, waiter.owner, waiter.ttlMs, true).then(
+    this.commands.acquire(waiter.key, waiter.owner, waiter.ttlMs, this.watches.staleAfter(waiter.key, waiter.ttlMs), true).then(
       (reply) => this.onQueued(waiter, reply, sentAt),
       (error) => this.acquireFailed(waiter, error),
     );
@@ -154,7 +142,7 @@ export class RedisLockBackend implements LockBackend {
    */
   private acquireFailed(waiter: RedisWaiter, error: unknown): void {
     waiter.settle(undefined, error);
-    void this.cancelAtServer(waiter.key, waiter.owner, true);
+    void this.commands.cancel(waiter.key, waiter.owner, true);
   }
 
   /** The acquisitions of one key that followed the first in a tick, in one round trip. */
@@ -166,9 +154,7 @@ export class RedisLockBackend implements LockBackend {
     if (waiters.length === 0) return;
     if (waiters.length === 1) return this.sendAcquire(waiters[0]);
     const sentAt = performance.now();
-    const args: (string | number)[] = [this.clientId, this.watches.staleAfter(key, this.shortestTtl(waiters)), key];
-    for (const waiter of waiters) args.push(waiter.owner, waiter.ttlMs);
-    this.run(acquireBatchScript, 'acquire', key, args).then(
+    this.commands.acquireBatch(key, this.watches.staleAfter(key, this.shortestTtl(waiters)), waiters).then(
       (replies) => waiters.forEach((waiter, i) => this.onQueued(waiter, replies[i], sentAt)),
       (error) => waiters.forEach((waiter) => this.acquireFailed(waiter, error)),
     );
@@ -196,14 +182,14 @@ export class RedisLockBackend implements LockBackend {
     const sentAt = performance.now();
     const ttl = Math.ceil(ttlMs);
     try {
-      const reply = await this.runAcquire(key, owner, ttl, false);
+      const reply = await this.commands.acquire(key, owner, ttl, this.watches.staleAfter(key, ttl), false);
       if (reply[0] !== 1) return null;
       // The reply came so late (a paused process) that the lease may be nearly over: ask first.
       const requestedAt = this.isLate(sentAt, ttl) ? await this.confirm(key, owner, reply[1], ttl) : sentAt;
       return requestedAt === undefined ? null : this.grantOf(key, owner, reply[1], requestedAt);
     } catch (error) {
       // The script may still run (a paused server wakes up): the cancel, sent after it, gives back what it took.
-      void this.cancelAtServer(key, owner, true);
+      void this.commands.cancel(key, owner, true);
       throw error;
     }
   }
@@ -211,7 +197,7 @@ export class RedisLockBackend implements LockBackend {
   async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
     if (!this.lifecycle.isOpen) return false;
     this.runs.tell(grant.key);
-    const renewed = await this.run(renewScript, 'renew', grant.key, [ownerValue(grant.fencingToken, grant.owner), Math.ceil(ttlMs)], [this.keysOf(grant.key).owner]);
+    const renewed = await this.commands.renew(grant.key, ownerValue(grant.fencingToken, grant.owner), Math.ceil(ttlMs));
     return renewed === 1;
   }
 
@@ -240,7 +226,7 @@ export class RedisLockBackend implements LockBackend {
       this.handOver(started, next!, validForMs!);
       return started.done;
     }
-    return this.releaseAtServer(grant.key, ownerValue(grant.fencingToken, grant.owner));
+    return this.commands.release(grant.key, ownerValue(grant.fencingToken, grant.owner));
   }
 
   async close(): Promise<void> {
@@ -249,7 +235,7 @@ export class RedisLockBackend implements LockBackend {
     const pending: Promise<unknown>[] = [];
     for (const waiter of [...this.waiting.values()]) {
       waiter.settle(undefined, waitError);
-      pending.push(this.cancelAtServer(waiter.key, waiter.owner, true));
+      pending.push(this.commands.cancel(waiter.key, waiter.owner, true));
     }
     this.runs.tellAll();
     this.watches.clear();
@@ -271,27 +257,6 @@ export class RedisLockBackend implements LockBackend {
    */
   private handOver(run: HandOverRun, to: RedisWaiter, validForMs: number): void {
     to.settle(this.grantOf(run.from.key, to.owner, to.fence!, undefined, this.runs.extend(run, to.owner, to.fence!, validForMs)));
-  }
-
-  /**
-   * One round trip, owner-checked against `value` ('<fence> <owner>'); the reply (0: not ours)
-   * changes nothing for the caller.
-   */
-  private releaseAtServer(key: string, value: string): Promise<void> {
-    return this.run(releaseScript, 'release', key, [value, key]) as Promise<unknown> as Promise<void>;
-  }
-
-  private runAcquire(key: string, owner: string, ttlMs: number, mayQueue: boolean) {
-    const args = [owner, ttlMs, this.clientId, this.watches.staleAfter(key, ttlMs), key, mayQueue ? '1' : '0'];
-    return this.run(acquireScript, mayQueue ? 'acquire' : 'try to acquire', key, args);
-  }
-
-  /**
-   * A script on the command connection for lock `key` (its keys unless given), bounded by
-   * serverTimeoutMs; a failure is a LockBackendError or LockServerUnreachableError for `${verb} "${key}"`.
-   */
-  private run<Reply>(script: RedisScript<Reply>, verb: string, key: string, args: readonly (string | number)[], keys = this.keysOf(key).all): Promise<Reply> {
-    return this.connections.send(script.run(this.connections.client, keys, args), verb, key);
   }
 
   private listen(): void {
@@ -335,7 +300,7 @@ export class RedisLockBackend implements LockBackend {
       (error) => {
         waiter.confirming = false;
         waiter.settle(undefined, error);
-        void this.cancelAtServer(key, owner, true);
+        void this.commands.cancel(key, owner, true);
       },
     );
   }
@@ -350,7 +315,7 @@ export class RedisLockBackend implements LockBackend {
    */
   private async confirm(key: string, owner: string, fence: string, ttlMs: number): Promise<number | undefined> {
     const sentAt = performance.now();
-    const renewed = await this.run(renewScript, 'confirm a late grant of', key, [ownerValue(fence, owner), ttlMs], [this.keysOf(key).owner]);
+    const renewed = await this.commands.renew(key, ownerValue(fence, owner), ttlMs, 'confirm a late grant of');
     return renewed === 1 ? sentAt : undefined;
   }
 
@@ -359,26 +324,17 @@ export class RedisLockBackend implements LockBackend {
     const waiter = this.waiting.get(owner);
     if (waiter) return waiter.settle(this.grantOf(key, owner, fence, requestedAt));
     if (this.held.has(owner)) return; // the same grant seen twice (message and safety check)
-    this.releaseAtServer(key, ownerValue(fence, owner)).catch((error) =>
+    this.commands.release(key, ownerValue(fence, owner)).catch((error) =>
       logger.warn(`Handing on an unwanted grant of "${key}" failed; it expires with its lease: ${error.message}`),
     );
-  }
-
-  /** `quiet`: a cancel after a failure, while the server may well be down; it goes stale on its own. */
-  private cancelAtServer(key: string, owner: string, quiet = false): Promise<unknown> {
-    return this.run(cancelScript, 'leave the queue of', key, [owner, key]).catch((error) => {
-      if (!quiet) logger.warn(`Leaving the queue of "${key}" failed; the entry goes stale on its own: ${error.message}`);
-    });
   }
 
   private async check(key: string, watch: KeyWatch): Promise<void> {
     const waiters = [...watch.waiters.values()];
     if (waiters.length === 0 || !this.lifecycle.isOpen) return;
-    const args: (string | number)[] = [this.clientId, this.watches.staleAfter(key, watch.shortestTtlMs), key];
-    for (const waiter of waiters) args.push(waiter.owner, waiter.ttlMs);
     const sentAt = performance.now();
     try {
-      const [ownerPttlMs, granted, requeued, serverMs] = await this.run(checkScript, 'check the queue of', key, args);
+      const [ownerPttlMs, granted, requeued, serverMs] = await this.commands.check(key, this.watches.staleAfter(key, watch.shortestTtlMs), waiters);
       watch.clock.sample(serverMs, sentAt);
       for (const owner of requeued) {
         // Back at the tail with a new fence: no longer right behind anyone of ours.
@@ -404,16 +360,6 @@ export class RedisLockBackend implements LockBackend {
     return shortest;
   }
 
-  private keysOf(key: string): LockKeys {
-    let keys = this.keyCache.get(key);
-    if (!keys) {
-      // Names built from unbounded values (order ids) would grow the cache forever: start over.
-      if (this.keyCache.size >= KEY_CACHE_SIZE) this.keyCache.clear();
-      this.keyCache.set(key, (keys = lockKeys(key)));
-    }
-    return keys;
-  }
-
   /** A grant now held here: tracked so close() can fire its signal and release it. */
   private grantOf(key: string, owner: string, fence: string, requestedAt?: number, provisional?: LockGrant['provisional']): LockGrant {
     const grant: LockGrant = { key, owner, fencingToken: BigInt(fence), lost: this.closing.signal, requestedAt, provisional };
@@ -423,8 +369,6 @@ export class RedisLockBackend implements LockBackend {
 
 }
 
-/** The value of the owner key: the fence makes it unique per grant, the owner id per caller. */
-const ownerValue = (fence: bigint | string, owner: string) => `${fence} ${owner}`;
 
 /**
  * Builds the backend for `{ type: 'redis', ... }`; used by createBackend, loaded only when chosen.
