@@ -1,9 +1,10 @@
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it, type TestContext } from 'node:test';
-import { ConsoleLogger, Logger } from '@nestjs/common';
+import { ConsoleLogger, Logger, Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
 import { Redis } from 'ioredis';
-import { LockLostError, LockServerUnreachableError, type LockBackend, type LockService } from '../../../lib';
+import { DistributedLockModule, LockLostError, LockServerUnreachableError, LockService, type LockBackend } from '../../../lib';
 import { createRedisBackend, type RedisLockBackend } from '../../../lib/backends/redis/redis.backend';
 import type { RedisBackendOptions } from '../../../lib/backends/redis/redis-options';
 import { lockServiceOver } from '../../support/lock-service-factory';
@@ -185,5 +186,26 @@ describe('redis backend when the server cannot be reached', { timeout: FAULT_SUI
     await works(service);
     assert.equal(startupWarnings().length, 1, startupWarnings().join('\n'));
     assert.deepEqual(consoleErrors.filter((line) => line.includes('Unhandled error event')), [], 'ioredis reported an unhandled error event');
+  });
+
+  it('a Nest application boots at once with the server down, its first call names the server, and it closes at once', async (t) => {
+    await redis.server.stop();
+    @Module({ imports: [DistributedLockModule.forRoot({ backend: { type: 'redis', url: redis.url }, serverTimeoutMs: SERVER_TIMEOUT_MS })] })
+    class AppModule {}
+    const started = performance.now();
+    const app = await NestFactory.createApplicationContext(AppModule, { logger: false });
+    const bootMs = Math.round(performance.now() - started);
+    try {
+      t.diagnostic(`booted in ${bootMs} ms with the server down`);
+      assert.ok(bootMs < 1_000, `the application took ${bootMs} ms to boot`);
+      await assertUnreachable(t, 'first acquire in the app', `127.0.0.1:${redis.port}`, () => app.get(LockService).acquire(newName(), { waitTimeoutMs: 10_000 }));
+    } finally {
+      const closing = performance.now();
+      await app.close();
+      const closeMs = Math.round(performance.now() - closing);
+      t.diagnostic(`closed in ${closeMs} ms`);
+      assert.ok(closeMs < 1_000, `closing took ${closeMs} ms`);
+      await redis.server.restart();
+    }
   });
 });
