@@ -18,6 +18,8 @@ export class RedisWaiter {
   fence?: string;
   /** A grant that came late is being confirmed with the server (see RedisLockBackend.grantLate). */
   confirming = false;
+  /** The acquire script's reply came (granted, or queued). */
+  answered = false;
   /** Before the acquire script was sent: no grant of this waiter can have started earlier. */
   readonly askedAt = performance.now();
   private readonly wait = new PendingWait<LockGrant>();

@@ -163,6 +163,7 @@ export class RedisLockBackend implements LockBackend {
   /** The acquire script's answer for `waiter`: granted, or queued behind someone. */
   private onQueued(waiter: RedisWaiter, reply: [1, string] | [0, number] | QueuedReply, sentAt: number): void {
     const { key, owner } = waiter;
+    waiter.answered = true;
     if (this.waiting.get(owner) !== waiter) {
       // Gave up (or granted by a message that came first): a grant here is handed on at once.
       if (reply[0] === 1) this.deliver(key, owner, reply[1]);
@@ -294,8 +295,11 @@ export class RedisLockBackend implements LockBackend {
         // Gave up meanwhile: its cancel, sent after the renewal, hands the lock on.
         if (this.waiting.get(owner) !== waiter) return;
         if (confirmedAt !== undefined) return this.deliver(key, owner, fence, confirmedAt);
-        // The lease ran out before we heard of it: the safety check puts the waiter back in the queue.
-        this.watches.schedule(key, -1, 0);
+        // The lease ran out before we heard of it. A queued waiter is put back in the queue by
+        // the safety check; one granted at once asks again; one whose reply is still to come is
+        // queued by it.
+        if (this.watches.get(key)?.waiters.has(owner)) this.watches.schedule(key, -1, 0);
+        else if (waiter.answered) this.sendAcquire(waiter);
       },
       (error) => {
         waiter.confirming = false;
@@ -366,9 +370,7 @@ export class RedisLockBackend implements LockBackend {
     this.held.set(owner, grant);
     return grant;
   }
-
 }
-
 
 /**
  * Builds the backend for `{ type: 'redis', ... }`; used by createBackend, loaded only when chosen.
