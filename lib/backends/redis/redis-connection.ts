@@ -1,5 +1,8 @@
-import { LockBackendError } from '../../errors';
+import { Logger } from '@nestjs/common';
+import { LockBackendError, LockServerUnreachableError } from '../../errors';
+import type { BackendSettings } from '../backend-definition';
 import { loadPeer } from '../load-peer';
+import { redisAddress } from './redis-address';
 import type { RedisBackendOptions, RedisClientLike } from './redis-options';
 
 /** What the backend needs of a connection; ioredis' Redis and Cluster both have it. */
@@ -7,42 +10,250 @@ export interface RedisConnection extends RedisClientLike {
   subscribe(...channels: string[]): Promise<unknown>;
   on(event: string, listener: (...args: any[]) => void): unknown;
   disconnect(): void;
+  /** ioredis' connection state: 'ready' once commands are answered. */
+  readonly status?: string;
 }
 
-export interface RedisConnections {
-  client: RedisConnection;
+const logger = new Logger('DistributedLock');
+
+/**
+ * ioredis' states of a connection that cannot carry a command now ('wait', a lazy client not
+ * connected yet, connects on its first command).
+ */
+const DOWN = new Set(['connecting', 'connect', 'reconnecting', 'disconnecting', 'close', 'end']);
+
+/**
+ * The backend's connections to one Redis deployment, opened in the background: the command
+ * connection (ours, or the user's client) and our subscriber for the grant channel. Knows
+ * whether the server can be reached (connection events, and commands that went unanswered),
+ * bounds every call by serverTimeoutMs, and turns failures into errors that name the address.
+ */
+export class RedisConnections {
+  readonly client: RedisConnection;
   /** Always ours: a duplicate of the client, in subscriber mode for the grant channel. */
-  subscriber: RedisConnection;
+  readonly subscriber: RedisConnection;
   /** False for a user-supplied client, which the backend never closes. */
-  ownsClient: boolean;
+  readonly ownsClient: boolean;
+  readonly address: string;
+  readonly serverTimeoutMs: number;
+  /** True once the grant channel is subscribed; before then an acquisition could miss its grant. */
+  subscribed = false;
+  /** The last error a connection reported, kept as the cause of "unreachable". */
+  private lastError?: Error;
+  /** A command that went unanswered within serverTimeoutMs, until the next answer. */
+  private stalled?: Error;
+  /** Commands sent and not answered yet, and since when none of them has been answered. */
+  private pending = 0;
+  private silentSince = 0;
+  /** Outstanding commands with no answer for this long: the server is not answering. */
+  private readonly silenceMs: number;
+  private subscribing = false;
+  /** close() ran: the connections are gone, and every lock of this backend was released before. */
+  closed = false;
+  private readonly subscribedWaits = new Set<() => void>();
+  private readonly startupWarning: NodeJS.Timeout;
+
+  constructor(
+    options: RedisBackendOptions,
+    settings: BackendSettings,
+    private readonly channel: string,
+    /** The subscriber came back after a disconnection: grants published meanwhile are lost. */
+    private readonly onResubscribed: () => void,
+  ) {
+    this.address = redisAddress(options);
+    this.serverTimeoutMs = settings.serverTimeoutMs;
+    this.silenceMs = Math.min(settings.serverTimeoutMs / 4, 250);
+    this.ownsClient = options.client === undefined;
+    if (options.client) {
+      this.client = options.client as RedisConnection;
+    } else {
+      const { Redis } = loadPeer<typeof import('ioredis')>('ioredis', 'redis');
+      const clientOptions = { ...failFast(settings.serverTimeoutMs), ...(options.options as import('ioredis').RedisOptions | undefined) };
+      this.client = (options.url ? new Redis(options.url, clientOptions) : new Redis(clientOptions)) as unknown as RedisConnection;
+      this.client.on('error', this.noteError);
+      this.client.on('ready', this.forgetError);
+    }
+    this.subscriber = this.client.duplicate() as RedisConnection;
+    // Our own connection: its errors are kept for unreachable(), never left unhandled.
+    this.subscriber.on('error', this.noteError);
+    this.subscriber.on('ready', () => {
+      this.forgetError();
+      if (this.subscribed) this.onResubscribed();
+      else this.subscribe();
+    });
+    this.subscribe();
+    this.startupWarning = setTimeout(() => {
+      if (this.subscribed || this.closed) return;
+      const why = this.unreachable() ?? this.lastError;
+      logger.warn(
+        `The redis server at ${this.address} could not be reached within ${this.serverTimeoutMs} ms of startup` +
+          `${why ? ` (${why.message})` : ''}; lock calls fail with LockServerUnreachableError until it can be. Connecting goes on in the background.`,
+      );
+    }, settings.serverTimeoutMs);
+    this.startupWarning.unref();
+  }
+
+  /**
+   * Why the server cannot be reached right now, or undefined. From the connections' states and
+   * the last command that went unanswered: no round trip, so it is cheap to ask.
+   */
+  unreachable(): Error | undefined {
+    for (const connection of [this.client, this.subscriber]) {
+      const status = connection.status;
+      if (status !== undefined && DOWN.has(status)) {
+        return this.lastError ?? new Error(status === 'connect' ? 'connected, but the server has not answered' : `not connected (${status})`);
+      }
+    }
+    if (this.stalled) return this.stalled;
+    const silentMs = performance.now() - this.silentSince;
+    // A paused server leaves its connections up: what gives it away is requests with no answer.
+    if (this.pending > 0 && silentMs > this.silenceMs) return new Error(`no answer from the server for ${Math.round(silentMs)} ms`);
+    return undefined;
+  }
+
+  /**
+   * `command` (a promise of the command connection), tracked for unreachable() and bounded by
+   * serverTimeoutMs: our own connection has ioredis' commandTimeout for that; a supplied
+   * client's options are the user's, so its commands race a timer. A failure rejects with
+   * failure()'s error, for `${verb} "${key}"`.
+   */
+  send<T>(command: Promise<T>, verb: string, key: string): Promise<T> {
+    const sentAt = performance.now();
+    if (this.pending++ === 0) this.silentSince = sentAt;
+    const failed = (error: unknown): never => {
+      this.pending--;
+      throw this.failure(`${verb} "${key}"`, error, sentAt);
+    };
+    if (this.ownsClient) return command.then(this.onAnswer as (value: T) => T, failed);
+    return new Promise<T>((resolve, reject) => {
+      let settled = false;
+      const timer = setTimeout(() => {
+        settled = true;
+        reject(new Error('Command timed out'));
+      }, this.serverTimeoutMs);
+      command.then(
+        (value) => {
+          if (settled) return; // counted as failed at the timeout
+          clearTimeout(timer);
+          resolve(this.onAnswer(value) as T);
+        },
+        (error) => {
+          if (settled) return;
+          clearTimeout(timer);
+          settled = true;
+          reject(error);
+        },
+      );
+    }).catch(failed);
+  }
+
+  /**
+   * The error a caller sees for a failed command started at `startedAt`: LockServerUnreachableError
+   * when the server could not be reached or did not answer in time, else LockBackendError; both
+   * name the address and keep the client's error as `cause`.
+   */
+  failure(operation: string, error: unknown, startedAt: number): LockBackendError {
+    if (error instanceof LockBackendError) return error;
+    const message = (error as Error)?.message ?? '';
+    if (message === 'Command timed out') this.stalled = error as Error;
+    // The connection's own error (ECONNREFUSED) says more than ioredis' "max retries" wording.
+    const down = this.unreachable() ?? (isConnectionError(message) ? (this.lastError ?? (error as Error)) : undefined);
+    if (down) return new LockServerUnreachableError('redis', operation, this.address, Math.round(performance.now() - startedAt), down);
+    return new LockBackendError('redis', operation, error, this.address);
+  }
+
+  /**
+   * Resolves once the grant channel is subscribed; rejects with `signal`'s reason when it aborts
+   * first, and with LockServerUnreachableError after serverTimeoutMs.
+   */
+  whenSubscribed(operation: string, signal?: AbortSignal): Promise<void> {
+    if (this.subscribed) return Promise.resolve();
+    const startedAt = performance.now();
+    return new Promise<void>((resolve, reject) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        this.subscribedWaits.delete(wake);
+      };
+      const wake = () => {
+        done();
+        if (this.closed) reject(new LockBackendError('redis', operation, new Error('the backend was closed'), this.address));
+        else resolve();
+      };
+      const onAbort = () => {
+        done();
+        reject(signal!.reason);
+      };
+      const timer = setTimeout(() => {
+        done();
+        reject(new LockServerUnreachableError('redis', operation, this.address, Math.round(performance.now() - startedAt), this.unreachable()));
+      }, this.serverTimeoutMs);
+      this.subscribedWaits.add(wake);
+      if (signal?.aborted) return onAbort();
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  close(): void {
+    this.closed = true;
+    clearTimeout(this.startupWarning);
+    for (const wake of [...this.subscribedWaits]) wake();
+    this.subscriber.disconnect();
+    if (this.ownsClient) this.client.disconnect();
+  }
+
+  /**
+   * SUBSCRIBE, once at a time; one that failed (the server was down) is sent again on the
+   * subscriber's next 'ready'. Once subscribed, ioredis subscribes again after each reconnection.
+   */
+  private subscribe(): void {
+    if (this.subscribing || this.subscribed || this.closed) return;
+    this.subscribing = true;
+    this.subscriber.subscribe(this.channel).then(
+      () => {
+        this.subscribing = false;
+        this.subscribed = true;
+        this.stalled = undefined;
+        for (const wake of [...this.subscribedWaits]) wake();
+      },
+      (error: Error) => {
+        this.subscribing = false;
+        this.lastError ??= error;
+      },
+    );
+  }
+
+  /** Shared by every command, so tracking makes no closure per command. */
+  private readonly onAnswer = (value: unknown): unknown => {
+    this.pending--;
+    this.silentSince = performance.now();
+    this.stalled = undefined;
+    return value;
+  };
+
+  private readonly noteError = (error: Error): void => {
+    this.lastError = error;
+  };
+
+  /** A connection became ready: the server answered its handshake. */
+  private readonly forgetError = (): void => {
+    this.lastError = undefined;
+    this.stalled = undefined;
+  };
 }
 
 /**
- * Opens the connections and subscribes to `channel` before the backend is used, so waiting
- * never costs a SUBSCRIBE round trip. Connections we opened report errors through the commands
- * that hit them; their 'error' events are only kept from ioredis' "unhandled error" console noise.
+ * What our own connections are given unless `options` says otherwise: connecting and each
+ * command take at most serverTimeoutMs, and a command is never sent again after a reconnection
+ * (`maxRetriesPerRequest: 0`: a script whose caller was already told it failed must not run
+ * later). Commands made while reconnecting still wait in ioredis' offline queue, bounded by
+ * commandTimeout, so a short blip is ridden out.
  */
-export async function openConnections(options: RedisBackendOptions, channel: string): Promise<RedisConnections> {
-  const ownsClient = options.client === undefined;
-  let client: RedisConnection;
-  if (options.client) {
-    client = options.client as RedisConnection;
-  } else {
-    const { Redis } = loadPeer<typeof import('ioredis')>('ioredis', 'redis');
-    const clientOptions = (options.options ?? {}) as import('ioredis').RedisOptions;
-    client = (options.url ? new Redis(options.url, clientOptions) : new Redis(clientOptions)) as unknown as RedisConnection;
-    client.on('error', ignore);
-  }
-  const subscriber = client.duplicate() as RedisConnection;
-  subscriber.on('error', ignore);
-  try {
-    await subscriber.subscribe(channel);
-  } catch (error) {
-    subscriber.disconnect();
-    if (ownsClient) client.disconnect();
-    throw new LockBackendError('redis', `subscribe to its grant channel "${channel}"`, error);
-  }
-  return { client, subscriber, ownsClient };
+function failFast(serverTimeoutMs: number): Record<string, unknown> {
+  return { connectTimeout: serverTimeoutMs, commandTimeout: serverTimeoutMs, maxRetriesPerRequest: 0 };
 }
 
-const ignore = () => undefined;
+/** ioredis' wordings for a command lost with its connection. */
+function isConnectionError(message: string): boolean {
+  return /max retries per request|Connection is closed|Stream isn't writeable|connection close|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|EHOSTUNREACH/i.test(message);
+}

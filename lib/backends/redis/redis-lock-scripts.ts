@@ -26,8 +26,8 @@ local function keep_for(key, ms)
 end
 
 -- The queue's keys outlive their last live waiter by a little, then vanish on their own.
-local function mark_alive(client, stale_after_ms)
-  redis.call('hset', KEYS[5], client, now_ms() + stale_after_ms)
+local function mark_alive(client, stale_after_ms, now)
+  redis.call('hset', KEYS[5], client, (now or now_ms()) + stale_after_ms)
   keep_for(KEYS[3], stale_after_ms * 2)
   keep_for(KEYS[4], stale_after_ms * 2)
   keep_for(KEYS[5], stale_after_ms * 2)
@@ -42,15 +42,15 @@ local function enqueue(owner, ttl, client, fence)
 end
 
 -- Joins the queue with the fence already taken. The reply tells the fence and who stands right
--- before (the holder when the queue was empty): see the acquire script's reply.
-local function queue_up(owner, ttl, client, fence)
+-- before (the holder when the queue was empty), and the server's time: see the acquire script's reply.
+local function queue_up(owner, ttl, client, fence, now)
   local ahead = redis.call('lindex', KEYS[3], -1)
   if not ahead then
     local _, holder = split(redis.call('get', KEYS[1]))
     ahead = holder
   end
   enqueue(owner, ttl, client, fence)
-  return {0, redis.call('pttl', KEYS[1]), fence, ahead}
+  return {0, redis.call('pttl', KEYS[1]), fence, ahead, now}
 end
 `;
 
@@ -85,7 +85,8 @@ local function grant(owner, ttl)
 end
 
 -- Makes the next live waiter the owner, with the fence it was given when it queued, and tells
--- its process on its channel; frees the key only when no live waiter is left. Entries of waiters
+-- its process on its channel, with the server's time of the grant (the waiter's lease counts
+-- from it, never from when the message is read); frees the key only when no live waiter is left. Entries of waiters
 -- that gave up (no longer in the waiters hash) and of dead processes (alive deadline passed)
 -- are skipped, never waited for.
 local function hand_off(raw_key)
@@ -104,7 +105,7 @@ local function hand_off(raw_key)
       local alive_until = tonumber(redis.call('hget', KEYS[5], client))
       if alive_until and alive_until >= now then
         own(owner, ttl, fence)
-        redis.call('publish', CHANNEL_PREFIX .. client, cjson.encode({fence, raw_key, owner}))
+        redis.call('publish', CHANNEL_PREFIX .. client, cjson.encode({fence, raw_key, owner, string.format('%d', now)}))
         return
       end
     end
@@ -138,13 +139,17 @@ end
  */
 const COMMON = QUEUING + HANDING;
 
+/** The acquire script's reply for a caller that queued: see acquireScript. */
+export type QueuedReply = [0, number, string, string, number];
+
 /**
  * ARGV: owner, ttlMs, clientId, staleAfterMs, rawKey, mayQueue ('1' | '0').
  * Reply: {1, fence} granted; {0, ownerPttlMs} held by another; when queued
- * {0, ownerPttlMs, fence, ahead}: the fence this waiter will hold the lock with, and the owner id
- * of the entry right before it in the queue (the holder's when the queue was empty).
+ * {0, ownerPttlMs, fence, ahead, serverMs}: the fence this waiter will hold the lock with, the
+ * owner id of the entry right before it in the queue (the holder's when the queue was empty), and
+ * the server's time (ms), which bounds how far the server's clock is ahead of ours.
  */
-export const acquireScript = new RedisScript<[1, string] | [0, number] | [0, number, string, string]>(
+export const acquireScript = new RedisScript<[1, string] | [0, number] | QueuedReply>(
   'acquire',
   `-- The fence first: the lock's if the key is free, this caller's place in the queue otherwise.
 local fence = string.format('%d', redis.call('incr', KEYS[2]))
@@ -159,8 +164,9 @@ ${COMMON}
 end
 if ARGV[6] ~= '1' then return {0, redis.call('pttl', KEYS[1])} end
 ${QUEUING}
-local reply = queue_up(ARGV[1], ARGV[2], ARGV[3], fence)
-mark_alive(ARGV[3], tonumber(ARGV[4]))
+local now = now_ms()
+local reply = queue_up(ARGV[1], ARGV[2], ARGV[3], fence, now)
+mark_alive(ARGV[3], tonumber(ARGV[4]), now)
 return reply
 `,
 );
@@ -171,11 +177,12 @@ return reply
  * as if they had come one by one. ARGV: clientId, staleAfterMs, rawKey, then owner, ttlMs of
  * each caller. Reply: one acquire reply per caller, in order.
  */
-export const acquireBatchScript = new RedisScript<([1, string] | [0, number, string, string])[]>(
+export const acquireBatchScript = new RedisScript<([1, string] | QueuedReply)[]>(
   'acquire-batch',
   `${COMMON}
 local client, stale_after, raw_key = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local count = (#ARGV - 3) / 2
+local now = now_ms()
 -- One fence per caller, in arrival order.
 local first_fence = redis.call('incrby', KEYS[2], count) - count + 1
 local replies = {}
@@ -184,7 +191,7 @@ local owner, ttl = ARGV[4], ARGV[5]
 local fence = string.format('%d', first_fence)
 local taken = redis.call('set', KEYS[1], fence .. ' ' .. owner, 'nx', 'px', ttl)
 if taken and redis.call('llen', KEYS[3]) > 0 then taken = take_after_expiry(owner, ttl, fence, raw_key) end
-if taken then replies[1] = {1, fence} else replies[1] = queue_up(owner, ttl, client, fence) end
+if taken then replies[1] = {1, fence} else replies[1] = queue_up(owner, ttl, client, fence, now) end
 -- Every later caller queues right behind the one before it: one RPUSH and one HSET for them all.
 if count > 1 then
   local pttl = redis.call('pttl', KEYS[1])
@@ -195,12 +202,12 @@ if count > 1 then
     owners[#owners + 1] = next_owner
     entries[#entries + 1] = next_owner
     entries[#entries + 1] = next_ttl .. ' ' .. client .. ' ' .. next_fence
-    replies[i] = {0, pttl, next_fence, ARGV[2 * i]}
+    replies[i] = {0, pttl, next_fence, ARGV[2 * i], now}
   end
   redis.call('rpush', KEYS[3], unpack(owners))
   redis.call('hset', KEYS[4], unpack(entries))
 end
-mark_alive(client, stale_after)
+mark_alive(client, stale_after, now)
 return replies
 `,
 );
@@ -294,12 +301,13 @@ return 0
  * lost, and puts back waiters whose entries vanished (a server restart without persistence).
  * ARGV: clientId, staleAfterMs, rawKey, then owner, ttlMs pairs in local FIFO order.
  * Reply: {ownerPttlMs, {owner, fence, ...} of the local waiters that own the lock,
- * {owner, ...} of the local waiters put back in the queue (with new fences)}.
+ * {owner, ...} of the local waiters put back in the queue (with new fences), serverMs}.
  */
-export const checkScript = new RedisScript<[number, string[], string[]]>(
+export const checkScript = new RedisScript<[number, string[], string[], number]>(
   'check',
   `${COMMON}
-mark_alive(ARGV[1], tonumber(ARGV[2]))
+local now = now_ms()
+mark_alive(ARGV[1], tonumber(ARGV[2]), now)
 hand_off_if_expired(ARGV[3])
 local holder, holder_fence
 local value = redis.call('get', KEYS[1])
@@ -321,6 +329,6 @@ for i = 4, #ARGV, 2 do
     end
   end
 end
-return {redis.call('pttl', KEYS[1]), granted, requeued}
+return {redis.call('pttl', KEYS[1]), granted, requeued, now}
 `,
 );

@@ -1,4 +1,5 @@
 import { LockConfigError } from '../../errors';
+import { allowOnlyFields, checkSuppliedClient } from '../option-checks';
 
 /**
  * The few methods the backend calls on a user-supplied client, typed structurally so that the
@@ -17,7 +18,10 @@ export interface RedisClientLike {
  */
 export interface RedisBackendOptions {
   type: 'redis';
-  /** `redis://[user:password@]host:port[/db]` or `rediss://` for TLS. The backend opens and closes its connections. */
+  /**
+   * An address as ioredis takes it: `redis://[user:password@]host:port[/db]`, `rediss://` for
+   * TLS, or `host:port` with no scheme. The backend opens and closes its connections.
+   */
   url?: string;
   /**
    * An existing ioredis `Redis` or `Cluster`. Never closed and never changed by the library (no
@@ -26,37 +30,38 @@ export interface RedisBackendOptions {
   client?: RedisClientLike;
   /**
    * ioredis `RedisOptions` (host, port, password, username for ACLs, tls, sentinels + name for
-   * Sentinel, ...), alone or merged over `url`. For Redis Cluster pass a `Cluster` as `client`.
+   * Sentinel, ...), alone or with `url` (ioredis takes from `options` what the URL leaves out).
+   * For Redis Cluster pass a `Cluster` as `client`.
+   * Unless set here, `connectTimeout` and `commandTimeout` follow the module's serverTimeoutMs
+   * and `maxRetriesPerRequest` is 0 (see docs/redis.md, "When the server is down").
    */
   options?: Record<string, unknown>;
 }
 
-const ALLOWED_FIELDS = new Set(['type', 'url', 'client', 'options']);
+const BUILD_FIELDS = ['url', 'options'] as const;
+
+/** A scheme-less address ioredis accepts: `host`, `host:port`, `[ipv6]:port`, or a socket path. */
+const SCHEMELESS_ADDRESS = /^(?:[\w.-]+|\[[\da-fA-F:.]+\])(?::\d{1,5})?(?:\/\d+)?$|^\/\S+$/;
 
 /** Checks the options before any connection is made; the error names the option to change. */
 export function validateRedisOptions(options: RedisBackendOptions): void {
-  for (const field of Object.keys(options)) {
-    if (!ALLOWED_FIELDS.has(field)) {
-      throw new LockConfigError(`backend.${field}`, "is not a redis backend option; use url, client or options.");
-    }
-  }
+  allowOnlyFields('redis', options, ['url', 'client', 'options']);
   const { url, client, options: clientOptions } = options;
   if (url === undefined && client === undefined && clientOptions === undefined) {
     throw new LockConfigError('backend.url', "the redis backend needs one of url, client or options, e.g. { type: 'redis', url: 'redis://127.0.0.1:6379' }.");
   }
-  if (client !== undefined) {
-    if (url !== undefined || clientOptions !== undefined) {
-      throw new LockConfigError('backend.client', 'give either client or url/options, not both: a supplied client is used as it is.');
-    }
-    const candidate = client as unknown as Record<string, unknown> | null;
-    if (typeof candidate !== 'object' || candidate === null || !['evalsha', 'eval', 'duplicate'].every((m) => typeof candidate[m] === 'function')) {
-      throw new LockConfigError('backend.client', 'must be an ioredis Redis or Cluster instance.');
-    }
-  }
-  if (url !== undefined && (typeof url !== 'string' || !/^rediss?:\/\/./.test(url))) {
-    throw new LockConfigError('backend.url', `must be a redis:// or rediss:// URL, got ${JSON.stringify(url)}.`);
+  checkSuppliedClient(options as unknown as Record<string, unknown>, BUILD_FIELDS, ['evalsha', 'eval', 'duplicate'], 'an ioredis Redis or Cluster instance');
+  if (url !== undefined && !isRedisAddress(url)) {
+    throw new LockConfigError('backend.url', `must be a redis:// or rediss:// URL or a host:port address, got ${JSON.stringify(url)}.`);
   }
   if (clientOptions !== undefined && (typeof clientOptions !== 'object' || clientOptions === null || Array.isArray(clientOptions))) {
     throw new LockConfigError('backend.options', 'must be an ioredis options object.');
   }
+}
+
+function isRedisAddress(url: unknown): boolean {
+  if (typeof url !== 'string') return false;
+  if (/^rediss?:\/\/./i.test(url)) return true;
+  // Another scheme (http://, unix://) is a mistake, not a host name.
+  return !url.includes('://') && SCHEMELESS_ADDRESS.test(url);
 }

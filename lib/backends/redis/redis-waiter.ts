@@ -1,4 +1,5 @@
 import type { AcquireRequest, LockGrant } from '../lock-backend.interface';
+import { PendingWait } from '../pending-wait';
 
 /** What the backend does when one of its waiters stops waiting. */
 export interface WaiterEvents {
@@ -15,7 +16,13 @@ export interface WaiterEvents {
 export class RedisWaiter {
   /** The fence it will hold the lock with, known once the acquire script queued it. */
   fence?: string;
-  private onAbort?: () => void;
+  /** A grant that came late is being confirmed with the server (see RedisLockBackend.grantLate). */
+  confirming = false;
+  /** The acquire script's reply came (granted, or queued). */
+  answered = false;
+  /** Before the acquire script was sent: no grant of this waiter can have started earlier. */
+  readonly askedAt = performance.now();
+  private readonly wait = new PendingWait<LockGrant>();
 
   constructor(
     readonly key: string,
@@ -23,9 +30,11 @@ export class RedisWaiter {
     readonly ttlMs: number,
     private readonly request: AcquireRequest,
     private readonly events: WaiterEvents,
-    private readonly resolve: (grant: LockGrant) => void,
-    private readonly reject: (reason: unknown) => void,
   ) {}
+
+  get promise(): Promise<LockGrant> {
+    return this.wait.promise;
+  }
 
   /**
    * Queued at the server: from now on the caller's giving up takes it out of the queue. The
@@ -33,26 +42,15 @@ export class RedisWaiter {
    * had already given up: the waiter is settled and leaving.
    */
   listenForAbort(): boolean {
-    const signal = this.request.signal;
-    if (signal.aborted) {
-      this.abort();
-      return false;
-    }
-    this.onAbort = () => this.abort();
-    signal.addEventListener('abort', this.onAbort, { once: true });
-    return true;
+    return this.wait.listen(this.request.signal, () => {
+      this.events.settled(this, false);
+      this.events.abandoned(this);
+    });
   }
 
   settle(grant: LockGrant | undefined, error?: unknown): void {
     if (!this.events.settled(this, grant !== undefined)) return;
-    // Only a waiter that listened looks at the signal again: one granted at once never makes it.
-    if (this.onAbort) this.request.signal.removeEventListener('abort', this.onAbort);
-    if (grant) this.resolve(grant);
-    else this.reject(error);
-  }
-
-  private abort(): void {
-    this.settle(undefined, this.request.signal.reason);
-    this.events.abandoned(this);
+    if (grant) this.wait.resolve(grant);
+    else this.wait.reject(error);
   }
 }

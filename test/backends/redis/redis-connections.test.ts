@@ -3,6 +3,9 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { LockBackendError, type LockBackend } from '../../../lib';
+import { Redis } from 'ioredis';
+import { redisAddress } from '../../../lib/backends/redis/redis-address';
+import { validateRedisOptions } from '../../../lib/backends/redis/redis-options';
 import { createRedisBackend, type RedisLockBackend } from '../../../lib/backends/redis/redis.backend';
 import { freePort } from '../../../servers/free-port';
 import { lockServiceOver } from '../../support/lock-service-factory';
@@ -31,8 +34,8 @@ async function handOffBetween(first: LockBackend, second: LockBackend, key: stri
 
 describe('redis backend connection setups', () => {
   const backends: RedisLockBackend[] = [];
-  const open = async (options: Parameters<typeof createRedisBackend>[0]) => {
-    const backend = await createRedisBackend(options);
+  const open = async (options: Parameters<typeof createRedisBackend>[0], serverTimeoutMs = 5_000) => {
+    const backend = await createRedisBackend(options, { ttlMs: 30_000, serverTimeoutMs });
     backends.push(backend);
     return backend;
   };
@@ -69,11 +72,15 @@ describe('redis backend connection setups', () => {
       assert.deepEqual(served, [0, 1, 2, 3, 4]);
     });
 
-    it('fails to start with LockBackendError when the password is wrong', async () => {
-      await assert.rejects(
-        createRedisBackend({ type: 'redis', url: `redis://locks:wrong@127.0.0.1:${redis.port}`, options: { maxRetriesPerRequest: 0, retryStrategy: () => null } }),
-        LockBackendError,
-      );
+    it('with a wrong password, starts, and its first call fails naming the server and the refusal, never the password', async () => {
+      const backend = await open({ type: 'redis', url: `redis://locks:wrong@127.0.0.1:${redis.port}` }, 500);
+      await assert.rejects(lockServiceOver(backend).acquire('wrong-password', { waitTimeoutMs: 5_000 }), (error: unknown) => {
+        assert.ok(error instanceof LockBackendError, String(error));
+        assert.equal(error.address, `127.0.0.1:${redis.port}`);
+        assert.match(error.message, /WRONGPASS/);
+        assert.doesNotMatch(error.message, /wrong@/);
+        return true;
+      });
     });
   });
 
@@ -98,6 +105,47 @@ describe('redis backend connection setups', () => {
     it('finds the master through the sentinel, and locks and hands off there', async () => {
       const options = { type: 'redis' as const, options: { sentinels: [{ host: '127.0.0.1', port: sentinel.port }], name: 'locks-master' } };
       await handOffBetween(await open(options), await open(options), 'lock:sentinel');
+    });
+  });
+
+  describe("addresses in ioredis' own formats", () => {
+    let redis: RedisServer;
+    before(async () => (redis = await startRedisServer()));
+    after(() => redis.stop());
+
+    it('takes host:port with no scheme, redis:// URLs and options objects; address names host:port, never a password', async () => {
+      const port = redis.port;
+      const cases: [Parameters<typeof createRedisBackend>[0], string][] = [
+        [{ type: 'redis', url: `127.0.0.1:${port}` }, `127.0.0.1:${port}`],
+        [{ type: 'redis', url: `localhost:${port}` }, `localhost:${port}`],
+        [{ type: 'redis', url: `redis://127.0.0.1:${port}/0` }, `127.0.0.1:${port}`],
+        [{ type: 'redis', url: `redis://:nopass@127.0.0.1:${port}` }, `127.0.0.1:${port}`],
+        [{ type: 'redis', options: { host: '127.0.0.1', port } }, `127.0.0.1:${port}`],
+        // ioredis takes what the URL leaves out from options.
+        [{ type: 'redis', url: `redis://127.0.0.1:${port}`, options: { port: 1, connectionName: 'locks' } }, `127.0.0.1:${port}`],
+      ];
+      for (const [options, address] of cases) {
+        const [first, second] = [await open(options), await open(options)];
+        assert.equal(first.address, address, JSON.stringify(options));
+        await handOffBetween(first, second, `lock:address-${address}-${backends.length}`);
+      }
+    });
+
+    it('names the address of a supplied client, and of TLS and socket addresses, as configured', async () => {
+      const client = new Redis({ host: '127.0.0.1', port: redis.port, password: 'never-shown', lazyConnect: true });
+      client.on('error', () => undefined);
+      try {
+        assert.equal(redisAddress({ type: 'redis', client }), `127.0.0.1:${redis.port}`);
+      } finally {
+        client.disconnect();
+      }
+      assert.equal(redisAddress({ type: 'redis', url: 'rediss://user:secret@cache.example:6380' }), 'cache.example:6380');
+      assert.equal(redisAddress({ type: 'redis', url: 'cache.example' }), 'cache.example:6379');
+      assert.equal(redisAddress({ type: 'redis', url: '/run/redis.sock' }), '/run/redis.sock');
+      assert.equal(redisAddress({ type: 'redis', options: { sentinels: [{ host: 's1', port: 26379 }], name: 'locks' } }), 'master "locks" via sentinel s1:26379');
+      for (const url of ['rediss://cache:6380', 'cache:6380', '[::1]:6379', '/run/redis.sock']) {
+        assert.doesNotThrow(() => validateRedisOptions({ type: 'redis', url }), url);
+      }
     });
   });
 });

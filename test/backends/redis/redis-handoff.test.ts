@@ -6,7 +6,7 @@ import { createBackend } from '../../../lib/backends/registry';
 import { lockKeys } from '../../../lib/backends/redis/redis-keys';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
-import { abortedWithin, sleep } from '../../support/timing';
+import { abortedWithin, eventually, sleep } from '../../support/timing';
 
 /** What only the Redis backend does: its grant messages, its give-up path and its lost signal. */
 describe('redis backend: grants, give-ups and the lost signal', () => {
@@ -72,13 +72,22 @@ describe('redis backend: grants, give-ups and the lost signal', () => {
     await next.release(handedOn);
   });
 
+  const listChannels = async () => new Set((await inspector.pubsub('CHANNELS', 'nest-distributed-lock:*')) as string[]);
+
+  /** A new backend and its grant channel, once it has subscribed (in the background, at creation). */
+  async function subscribedBackend(): Promise<{ receiver: LockBackend; channel: string }> {
+    const existing = await listChannels();
+    const receiver = await backend();
+    const newChannels = async () => [...(await listChannels())].filter((channel) => !existing.has(channel));
+    await eventually(async () => (await newChannels()).length > 0, 2_000, 'the new backend to subscribe');
+    const channels = await newChannels();
+    assert.equal(channels.length, 1, 'a backend subscribes to exactly one channel');
+    return { receiver, channel: channels[0] };
+  }
+
   it('a grant for an owner nobody waits for is released at once', async () => {
     const key = newKey();
-    const listChannels = async () => new Set((await inspector.pubsub('CHANNELS', 'nest-distributed-lock:*')) as string[]);
-    const existing = await listChannels();
-    await backend();
-    const receiverChannels = [...(await listChannels())].filter((channel) => !existing.has(channel));
-    assert.equal(receiverChannels.length, 1, 'a backend subscribes to exactly one channel, at creation');
+    const receiverChannels = [(await subscribedBackend()).channel];
     const holder = await backend();
     const ghost = await holder.acquire(request(key, 'ghost'));
     // Tell the receiver it was granted the ghost's lock, as a message that outlived its waiter would.
@@ -88,5 +97,20 @@ describe('redis backend: grants, give-ups and the lost signal', () => {
       assert.ok(Date.now() < deadline, 'the unwanted grant was not given back');
       await sleep(10);
     }
+  });
+
+  it('ignores what else is published on its channel (not JSON, other shapes) without throwing in ioredis, and goes on granting', async () => {
+    const key = newKey();
+    const { receiver, channel } = await subscribedBackend();
+    const strays = ['not json', '{"fence":"1"}', 'null', '42', '[1, 2, 3]', '["x", "k", "o"]', '["1", "k"]', '["1", "k", "o", "soon"]', '["1", "k", "o", "1", "extra"]'];
+    for (const stray of strays) await inspector.publish(channel, stray);
+    const holder = await backend();
+    const first = await holder.acquire(request(key, 'first'));
+    const waiting = receiver.acquire(request(key, 'second'));
+    await sleep(50);
+    await holder.release(first);
+    const handedOn = await waiting;
+    assert.equal(handedOn.fencingToken, first.fencingToken + 1n);
+    await receiver.release(handedOn);
   });
 });

@@ -20,6 +20,8 @@ describe('redis backend options', () => {
       [{ type: 'redis', client: { evalsha() {} } }, 'backend.client'],
       [{ type: 'redis', options: 'redis://127.0.0.1:1' }, 'backend.options'],
       [{ type: 'redis', uri: 'redis://127.0.0.1:1' }, 'backend.uri'],
+      [{ type: 'redis', url: 'unix:///run/redis.sock' }, 'backend.url'],
+      [{ type: 'redis', url: '127.0.0.1:6379 ' }, 'backend.url'],
     ];
     for (const [options, option] of cases) {
       await assert.rejects(createBackend(options as BackendOptions), (error: unknown) => {
@@ -28,6 +30,7 @@ describe('redis backend options', () => {
         return true;
       });
     }
+    await assert.rejects(createBackend({ type: 'redis', ulr: 'redis://127.0.0.1:1' } as unknown as BackendOptions), /did you mean "backend\.url"/);
     assert.equal(client.status, 'wait', 'validation touched the supplied client');
     assert.doesNotThrow(() => resolveModuleOptions({ backend: { type: 'redis', url: 'redis://127.0.0.1:1' } }));
     client.disconnect();
