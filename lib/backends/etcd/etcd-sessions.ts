@@ -1,0 +1,113 @@
+import { Logger } from '@nestjs/common';
+import type { Etcd3 } from 'etcd3';
+import { LockServerUnreachableError } from '../../errors';
+import type { EtcdCalls } from './etcd-calls';
+import { EtcdSession } from './etcd-session';
+
+const logger = new Logger('DistributedLock');
+
+/** Pause between failed attempts to open a session: doubling from the first, up to the last. */
+const RETRY_MS = [250, 500, 1_000, 2_000];
+
+/**
+ * The backend's session, opened in the background from creation on (creating the backend never
+ * waits for etcd) and again whenever one is lost. A caller waits for it within its own bound;
+ * when etcd cannot be reached within `serverTimeoutMs` of startup, one warning names the hosts.
+ */
+export class EtcdSessions {
+  private current?: EtcdSession;
+  private waiters: Array<(session: EtcdSession) => void> = [];
+  private opening = false;
+  private closed = false;
+  private retry?: NodeJS.Timeout;
+  private warnTimer?: NodeJS.Timeout;
+
+  constructor(
+    private readonly client: Etcd3,
+    private readonly ttlSeconds: number,
+    private readonly calls: EtcdCalls,
+    private readonly serverTimeoutMs: number,
+    /** A user's client has no deadlines of ours: the grant gets this one. */
+    private readonly grantTimeoutMs: number | undefined,
+    private readonly onLost: (session: EtcdSession, reason: Error) => void,
+  ) {
+    this.warnTimer = setTimeout(() => {
+      logger.warn(
+        `etcd at ${calls.address} could not be reached within ${serverTimeoutMs} ms of startup; lock calls fail with LockServerUnreachableError until it can` +
+          `${calls.unreachable() ? ` (${calls.unreachable()!.message})` : ''}.`,
+      );
+    }, serverTimeoutMs);
+    this.warnTimer.unref();
+    this.open(0);
+  }
+
+  /** The live session, if there is one now. */
+  get live(): EtcdSession | undefined {
+    return this.current?.alive ? this.current : undefined;
+  }
+
+  /** The live session, waiting for one at most `timeoutMs` (then LockServerUnreachableError). */
+  async session(operation: string, timeoutMs = this.serverTimeoutMs): Promise<EtcdSession> {
+    const live = this.live;
+    if (live) return live;
+    const startedAt = performance.now();
+    let timer: NodeJS.Timeout | undefined;
+    let waiter: ((session: EtcdSession) => void) | undefined;
+    try {
+      return await new Promise<EtcdSession>((resolve, reject) => {
+        waiter = resolve;
+        this.waiters.push(resolve);
+        timer = setTimeout(
+          () => reject(new LockServerUnreachableError('etcd', operation, this.calls.address, Math.round(performance.now() - startedAt), this.calls.unreachable())),
+          timeoutMs,
+        );
+      });
+    } finally {
+      clearTimeout(timer);
+      this.waiters = this.waiters.filter((each) => each !== waiter);
+    }
+  }
+
+  /** Waits for a live session with no bound of its own: for work whose callers each have theirs. */
+  whenLive(): Promise<EtcdSession> {
+    const live = this.live;
+    return live ? Promise.resolve(live) : new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  /** A session was lost: open the next one now. */
+  lost(session: EtcdSession): void {
+    if (this.current !== session) return;
+    this.current = undefined;
+    this.open(0);
+  }
+
+  async close(revokeTimeoutMs: number): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.retry);
+    clearTimeout(this.warnTimer);
+    this.waiters = [];
+    await this.current?.revoke(revokeTimeoutMs);
+  }
+
+  private open(attempt: number): void {
+    if (this.opening || this.closed) return;
+    this.opening = true;
+    const deadline = this.grantTimeoutMs === undefined ? undefined : { deadline: Date.now() + this.grantTimeoutMs };
+    EtcdSession.open(this.client, this.ttlSeconds, this.onLost, this.calls, deadline).then(
+      (session) => {
+        this.opening = false;
+        clearTimeout(this.warnTimer);
+        if (this.closed) return void session.revoke(this.serverTimeoutMs);
+        this.current = session;
+        for (const waiter of this.waiters.splice(0)) waiter(session);
+      },
+      (error: unknown) => {
+        this.opening = false;
+        this.calls.failed(error);
+        if (this.closed) return;
+        this.retry = setTimeout(() => this.open(attempt + 1), RETRY_MS[Math.min(attempt, RETRY_MS.length - 1)]);
+        this.retry.unref();
+      },
+    );
+  }
+}
