@@ -6,6 +6,11 @@ import { EtcdSession } from './etcd-session';
 
 const logger = new Logger('DistributedLock');
 
+interface Waiter {
+  resolve(session: EtcdSession): void;
+  reject(error: unknown): void;
+}
+
 /** Pause between failed attempts to open a session: doubling from the first, up to the last. */
 const RETRY_MS = [250, 500, 1_000, 2_000];
 
@@ -16,11 +21,12 @@ const RETRY_MS = [250, 500, 1_000, 2_000];
  */
 export class EtcdSessions {
   private current?: EtcdSession;
-  private waiters: Array<(session: EtcdSession) => void> = [];
+  private waiters: Waiter[] = [];
   private opening = false;
   private closed = false;
   private retry?: NodeJS.Timeout;
   private warnTimer?: NodeJS.Timeout;
+  private lastError?: Error;
 
   constructor(
     private readonly client: Etcd3,
@@ -32,9 +38,10 @@ export class EtcdSessions {
     private readonly onLost: (session: EtcdSession, reason: Error) => void,
   ) {
     this.warnTimer = setTimeout(() => {
+      const cause = this.lastError ?? calls.unreachable();
       logger.warn(
-        `etcd at ${calls.address} could not be reached within ${serverTimeoutMs} ms of startup; lock calls fail with LockServerUnreachableError until it can` +
-          `${calls.unreachable() ? ` (${calls.unreachable()!.message})` : ''}.`,
+        `etcd at ${calls.address} gave no session within ${serverTimeoutMs} ms of startup; lock calls fail until it does` +
+          `${cause ? ` (${cause.message})` : ''}.`,
       );
     }, serverTimeoutMs);
     this.warnTimer.unref();
@@ -52,11 +59,11 @@ export class EtcdSessions {
     if (live) return live;
     const startedAt = performance.now();
     let timer: NodeJS.Timeout | undefined;
-    let waiter: ((session: EtcdSession) => void) | undefined;
+    let waiter: Waiter | undefined;
     try {
       return await new Promise<EtcdSession>((resolve, reject) => {
-        waiter = resolve;
-        this.waiters.push(resolve);
+        waiter = { resolve, reject };
+        this.waiters.push(waiter);
         timer = setTimeout(
           () => reject(new LockServerUnreachableError('etcd', operation, this.calls.address, Math.round(performance.now() - startedAt), this.calls.unreachable())),
           timeoutMs,
@@ -68,10 +75,13 @@ export class EtcdSessions {
     }
   }
 
-  /** Waits for a live session with no bound of its own: for work whose callers each have theirs. */
+  /**
+   * Waits for a live session with no bound of its own: for work whose callers each have theirs.
+   * Rejects when etcd refused the session (a wrong password, say): that will not pass by waiting.
+   */
   whenLive(): Promise<EtcdSession> {
     const live = this.live;
-    return live ? Promise.resolve(live) : new Promise((resolve) => this.waiters.push(resolve));
+    return live ? Promise.resolve(live) : new Promise((resolve, reject) => this.waiters.push({ resolve, reject }));
   }
 
   /** A session was lost: open the next one now. */
@@ -92,6 +102,7 @@ export class EtcdSessions {
   private open(attempt: number): void {
     if (this.opening || this.closed) return;
     this.opening = true;
+    const startedAt = performance.now();
     const deadline = this.grantTimeoutMs === undefined ? undefined : { deadline: Date.now() + this.grantTimeoutMs };
     EtcdSession.open(this.client, this.ttlSeconds, this.onLost, this.calls, deadline).then(
       (session) => {
@@ -99,12 +110,14 @@ export class EtcdSessions {
         clearTimeout(this.warnTimer);
         if (this.closed) return void session.revoke(this.serverTimeoutMs);
         this.current = session;
-        for (const waiter of this.waiters.splice(0)) waiter(session);
+        for (const waiter of this.waiters.splice(0)) waiter.resolve(session);
       },
       (error: unknown) => {
         this.opening = false;
-        this.calls.failed(error);
+        const wrapped = this.calls.wrap('open a session', error, startedAt);
+        this.lastError = wrapped;
         if (this.closed) return;
+        if (!(wrapped instanceof LockServerUnreachableError)) for (const waiter of this.waiters.splice(0)) waiter.reject(wrapped);
         this.retry = setTimeout(() => this.open(attempt + 1), RETRY_MS[Math.min(attempt, RETRY_MS.length - 1)]);
         this.retry.unref();
       },

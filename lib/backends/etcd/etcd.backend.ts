@@ -103,6 +103,11 @@ export class EtcdLockBackend implements LockBackend {
    */
   async tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
     this.lifecycle.assertOpen();
+    return this.tryTake(request, true);
+  }
+
+  /** `retryOnNewSession`: as for enqueue(). */
+  private async tryTake(request: Omit<AcquireRequest, 'signal'>, retryOnNewSession: boolean): Promise<LockGrant | null> {
     const { key, owner } = request;
     if (this.queues.has(key)) return null;
     const session = await this.sessions.session('take a lock');
@@ -114,6 +119,7 @@ export class EtcdLockBackend implements LockBackend {
       response = await this.txn(session, 'take a lock', tryTakeTxn(batch.keys, session.leaseId));
     } catch (error) {
       this.deleteUnsure(batch.keys, session);
+      if (retryOnNewSession && !session.alive && this.lifecycle.isOpen) return this.tryTake(request, false);
       throw error;
     }
     if (!response.succeeded) return null;
@@ -185,7 +191,10 @@ export class EtcdLockBackend implements LockBackend {
     if (!batch || !this.lifecycle.isOpen) return;
     if (!batch.hasMembers) return this.ended(batch);
     batch.state = 'sending';
-    void this.sessions.whenLive().then((session) => this.enqueue(queue, batch, session, true));
+    this.sessions.whenLive().then(
+      (session) => this.enqueue(queue, batch, session, true),
+      (error) => this.ended(batch, error),
+    );
   }
 
   /** `retryOnNewSession`: etcd may have dropped the session before this process noticed, and the put then fails ("lease not found"): a batch not queued yet queues once more, on a new session. */
@@ -214,7 +223,10 @@ export class EtcdLockBackend implements LockBackend {
           if (batch.state === 'ended') return;
           const retry = retryOnNewSession && !acquisition.queued && !session.alive && this.lifecycle.isOpen && batch.hasMembers;
           if (!retry) return this.ended(batch, error);
-          void this.sessions.whenLive().then((next) => this.enqueue(queue, batch, next, false));
+          this.sessions.whenLive().then(
+            (next) => this.enqueue(queue, batch, next, false),
+            (refused) => this.ended(batch, refused),
+          );
         },
         cleanup: (revision) => (revision === undefined ? this.deleteUnsure(keys, session) : void this.deleteKey(keys, revision, session).catch(() => undefined)),
       },
