@@ -75,7 +75,7 @@ export class EtcdSession {
     lease.on('lost', () => undefined);
     let leaseId: string;
     try {
-      leaseId = await lease.grant();
+      leaseId = await calls.track(lease.grant());
     } catch (error) {
       lease.release();
       throw error;

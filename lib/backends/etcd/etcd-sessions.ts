@@ -27,6 +27,7 @@ export class EtcdSessions {
   private retry?: NodeJS.Timeout;
   private warnTimer?: NodeJS.Timeout;
   private lastError?: Error;
+  private askedAt = performance.now();
 
   constructor(
     private readonly client: Etcd3,
@@ -46,6 +47,15 @@ export class EtcdSessions {
     }, serverTimeoutMs);
     this.warnTimer.unref();
     this.open(0);
+  }
+
+  /**
+   * Why there is no session, while there is none: the error of the last attempt, or the attempt
+   * still unanswered. A call that waited for a session waited for etcd.
+   */
+  missing(): Error | undefined {
+    if (this.live) return undefined;
+    return this.lastError ?? new Error(`etcd has not granted the session lease yet (asked ${Math.round(performance.now() - this.askedAt)} ms ago)`);
   }
 
   /** The live session, if there is one now. */
@@ -102,6 +112,7 @@ export class EtcdSessions {
   private open(attempt: number): void {
     if (this.opening || this.closed) return;
     this.opening = true;
+    if (this.current === undefined && !this.lastError) this.askedAt = performance.now();
     const startedAt = performance.now();
     const deadline = this.grantTimeoutMs === undefined ? undefined : { deadline: Date.now() + this.grantTimeoutMs };
     EtcdSession.open(this.client, this.ttlSeconds, this.onLost, this.calls, deadline).then(
@@ -110,6 +121,7 @@ export class EtcdSessions {
         clearTimeout(this.warnTimer);
         if (this.closed) return void session.revoke(this.serverTimeoutMs);
         this.current = session;
+        this.lastError = undefined;
         for (const waiter of this.waiters.splice(0)) waiter.resolve(session);
       },
       (error: unknown) => {

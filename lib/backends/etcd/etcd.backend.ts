@@ -76,8 +76,9 @@ export class EtcdLockBackend implements LockBackend {
     this.sessions = new EtcdSessions(client, config.sessionTtlSeconds, this.calls, config.serverTimeoutMs, callTimeoutMs, this.onSessionLost);
   }
 
+  /** A transport failure or a call unanswered too long (EtcdCalls), or no session yet. */
   unreachable(): Error | undefined {
-    return this.calls.unreachable();
+    return this.calls.unreachable() ?? this.sessions.missing();
   }
 
   /**
