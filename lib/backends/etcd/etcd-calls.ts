@@ -28,6 +28,7 @@ export class EtcdCalls {
   private readonly pending = new Map<number, number>();
   private nextId = 0;
   private lastFailure?: Error;
+  private lastAnswerAt = performance.now();
 
   constructor(
     private readonly client: Etcd3,
@@ -38,12 +39,17 @@ export class EtcdCalls {
     private readonly callTimeoutMs: number | undefined,
   ) {}
 
-  /** The server's last word was a transport failure, or a call has gone unanswered too long. */
+  /**
+   * The server's last word was a transport failure, or a call has gone unanswered longer than
+   * an attempt may take with no answer to anything meanwhile (a slow but working etcd answers
+   * something).
+   */
   unreachable(): Error | undefined {
     if (this.lastFailure) return this.lastFailure;
     const oldest = this.pending.values().next();
-    if (!oldest.done && performance.now() - oldest.value > this.attemptTimeoutMs) {
-      return new Error(`no answer from etcd for ${Math.round(performance.now() - oldest.value)} ms`);
+    const now = performance.now();
+    if (!oldest.done && now - oldest.value > this.attemptTimeoutMs && now - this.lastAnswerAt > this.attemptTimeoutMs) {
+      return new Error(`no answer from etcd for ${Math.round(now - Math.max(oldest.value, this.lastAnswerAt))} ms`);
     }
     return undefined;
   }
@@ -51,6 +57,7 @@ export class EtcdCalls {
   /** etcd answered (a call, a keepalive): it is reachable. */
   reached(): void {
     this.lastFailure = undefined;
+    this.lastAnswerAt = performance.now();
   }
 
   /** A call or keepalive failed: remembered when it says the server cannot be reached. */

@@ -63,7 +63,10 @@ export class EtcdSessions {
     return this.current?.alive ? this.current : undefined;
   }
 
-  /** The live session, waiting for one at most `timeoutMs` (then LockServerUnreachableError). */
+  /**
+   * The live session, waiting for one at most `timeoutMs` (then LockServerUnreachableError).
+   * Rejects at once when etcd refused the session (a wrong password, say): that will not pass by waiting.
+   */
   async session(operation: string, timeoutMs = this.serverTimeoutMs): Promise<EtcdSession> {
     const live = this.live;
     if (live) return live;
@@ -83,15 +86,6 @@ export class EtcdSessions {
       clearTimeout(timer);
       this.waiters = this.waiters.filter((each) => each !== waiter);
     }
-  }
-
-  /**
-   * Waits for a live session with no bound of its own: for work whose callers each have theirs.
-   * Rejects when etcd refused the session (a wrong password, say): that will not pass by waiting.
-   */
-  whenLive(): Promise<EtcdSession> {
-    const live = this.live;
-    return live ? Promise.resolve(live) : new Promise((resolve, reject) => this.waiters.push({ resolve, reject }));
   }
 
   /** A session was lost: open the next one now. */

@@ -192,7 +192,8 @@ export class EtcdLockBackend implements LockBackend {
     if (!batch || !this.lifecycle.isOpen) return;
     if (!batch.hasMembers) return this.ended(batch);
     batch.state = 'sending';
-    this.sessions.whenLive().then(
+    // Bounded like any call: an acquisition ends by min(waitTimeoutMs, serverTimeoutMs) when etcd cannot be reached.
+    this.sessions.session('queue for a lock').then(
       (session) => this.enqueue(queue, batch, session, true),
       (error) => this.ended(batch, error),
     );
@@ -224,7 +225,7 @@ export class EtcdLockBackend implements LockBackend {
           if (batch.state === 'ended') return;
           const retry = retryOnNewSession && !acquisition.queued && !session.alive && this.lifecycle.isOpen && batch.hasMembers;
           if (!retry) return this.ended(batch, error);
-          this.sessions.whenLive().then(
+          this.sessions.session('queue for a lock').then(
             (next) => this.enqueue(queue, batch, next, false),
             (refused) => this.ended(batch, refused),
           );
