@@ -22,7 +22,7 @@ import { LocalFollowers } from './local-followers';
  * timeout (5 s + 2 election timeouts: 7 s by default), after which a proposal has in practice
  * committed or been dropped.
  */
-const LATE_PUT_MS = 10_000;
+const LATE_PUT_MS = 9_000;
 
 interface HeldLock {
   readonly grant: LockGrant;
