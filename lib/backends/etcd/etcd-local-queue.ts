@@ -84,6 +84,8 @@ let batchSeq = 0;
 /** The batches of one name in this process, oldest first. */
 export class LocalQueue {
   readonly batches: Batch[] = [];
+  /** A pump is due on the next turn of the event loop. */
+  pumpScheduled = false;
 
   constructor(readonly name: string) {}
 

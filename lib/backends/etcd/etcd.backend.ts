@@ -4,25 +4,18 @@ import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import { BackendLifecycle } from '../backend-lifecycle';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
-import { loadPeer } from '../load-peer';
 import { PendingWait } from '../pending-wait';
 import { EtcdAcquisition, watchSafetyNetMs } from './etcd-acquisition';
 import { EtcdCalls } from './etcd-calls';
-import { lockKeys, type LockKeys } from './etcd-keys';
+import { createEtcdClient, suppliedClientAddress } from './etcd-client';
+import { EtcdKeyDeletes, LATE_PUT_MS } from './etcd-key-deletes';
+import { lockKeys } from './etcd-keys';
 import { Batch, LocalQueue } from './etcd-local-queue';
 import { DEFAULT_ETCD_HOSTS, etcdAddress, sessionTtlSeconds, validateEtcdOptions, type EtcdBackendOptions } from './etcd-options';
-import { deleteOwnTxn, lowestAfterDelete, ownKeyTxn, recheckTxn, rangeKvs, tryTakeTxn } from './etcd-requests';
+import { ownKeyTxn, recheckTxn, rangeKvs, tryTakeTxn } from './etcd-requests';
 import type { EtcdSession } from './etcd-session';
 import { EtcdSessions } from './etcd-sessions';
 import { LocalFollowers } from './local-followers';
-
-/**
- * A put whose call failed may still commit: etcd had accepted the proposal when the deadline
- * passed. Its key is deleted by name at once and again this long after: past etcd's own request
- * timeout (5 s + 2 election timeouts: 7 s by default), after which a proposal has in practice
- * committed or been dropped.
- */
-const LATE_PUT_MS = 9_000;
 
 interface HeldLock {
   readonly grant: LockGrant;
@@ -60,7 +53,7 @@ export class EtcdLockBackend implements LockBackend {
   private readonly queues = new Map<string, LocalQueue>();
   /** Queued batches by their own key (latin1), for the hand-off of a local release. */
   private readonly waiting = new Map<string, EtcdAcquisition>();
-  private readonly retryTimers = new Set<NodeJS.Timeout>();
+  private readonly deletes: EtcdKeyDeletes;
   private readonly localFollowers: LocalFollowers;
   private readonly safetyNetMs: number;
 
@@ -72,6 +65,12 @@ export class EtcdLockBackend implements LockBackend {
     const callTimeoutMs = config.ownsClient ? undefined : config.serverTimeoutMs;
     this.calls = new EtcdCalls(client, config.address, config.attemptTimeoutMs, callTimeoutMs);
     this.localFollowers = new LocalFollowers(LATE_PUT_MS);
+    this.deletes = new EtcdKeyDeletes(
+      (session, operation, request) => this.txn(session, operation, request),
+      (lowest) => this.waiting.get(lowest.key.toString('latin1'))?.grantedByRelease(lowest),
+      this.localFollowers,
+      () => this.waiting.size > 0,
+    );
     this.safetyNetMs = watchSafetyNetMs(config.sessionTtlSeconds);
     this.sessions = new EtcdSessions(client, config.sessionTtlSeconds, this.calls, config.serverTimeoutMs, callTimeoutMs, this.onSessionLost);
   }
@@ -94,7 +93,13 @@ export class EtcdLockBackend implements LockBackend {
     const batch = queue.join({ request, wait });
     wait.listen(request.signal, () => this.left(queue, batch, request.signal.reason));
     // On the next turn of the event loop, so that a burst's callers all join this batch.
-    if (batch.state === 'open') setImmediate(() => this.pump(queue));
+    if (batch.state === 'open' && !queue.pumpScheduled) {
+      queue.pumpScheduled = true;
+      setImmediate(() => {
+        queue.pumpScheduled = false;
+        this.pump(queue);
+      });
+    }
     return wait.promise;
   }
 
@@ -119,7 +124,7 @@ export class EtcdLockBackend implements LockBackend {
     try {
       response = await this.txn(session, 'take a lock', tryTakeTxn(batch.keys, session.leaseId));
     } catch (error) {
-      this.deleteUnsure(batch.keys, session);
+      this.deletes.deleteUnsure(batch.keys, session);
       if (retryOnNewSession && !session.alive && this.lifecycle.isOpen) return this.tryTake(request, false);
       throw error;
     }
@@ -179,7 +184,7 @@ export class EtcdLockBackend implements LockBackend {
     const heldError = this.lifecycle.closedWhileHeld();
     for (const held of this.held.values()) held.lost.abort(heldError);
     this.held.clear();
-    for (const timer of this.retryTimers) clearTimeout(timer);
+    this.deletes.stop();
     this.localFollowers.clear();
     // Revoking the session deletes every key it still has, at once.
     await this.sessions.close(this.config.serverTimeoutMs);
@@ -230,7 +235,7 @@ export class EtcdLockBackend implements LockBackend {
             (refused) => this.ended(batch, refused),
           );
         },
-        cleanup: (revision) => (revision === undefined ? this.deleteUnsure(keys, session) : void this.deleteKey(keys, revision, session).catch(() => undefined)),
+        cleanup: (revision) => (revision === undefined ? this.deletes.deleteUnsure(keys, session) : void this.deletes.delete(keys, revision, session).catch(() => undefined)),
       },
       this.safetyNetMs,
     );
@@ -258,11 +263,11 @@ export class EtcdLockBackend implements LockBackend {
       (response) => {
         if (response.succeeded && rangeKvs(response, 0).length === 0) return this.serve(batch);
         this.ended(batch, this.keyGone('keep its place in the queue'));
-        if (response.succeeded) void this.deleteKey(batch.keys!, batch.revision, batch.session!).catch(() => undefined);
+        if (response.succeeded) void this.deletes.delete(batch.keys!, batch.revision, batch.session!).catch(() => undefined);
       },
       (error) => {
         this.ended(batch, error);
-        void this.deleteKey(batch.keys!, batch.revision, batch.session!).catch(() => undefined);
+        void this.deletes.delete(batch.keys!, batch.revision, batch.session!).catch(() => undefined);
       },
     );
   }
@@ -270,7 +275,7 @@ export class EtcdLockBackend implements LockBackend {
   /** No caller left: the batch leaves, and its key goes (granting the next batch of the process, if it is next). */
   private async finish(batch: Batch): Promise<void> {
     this.ended(batch);
-    await this.deleteKey(batch.keys!, batch.revision, batch.session!);
+    await this.deletes.delete(batch.keys!, batch.revision, batch.session!);
   }
 
   /** A caller of `batch` gave up: a batch nobody waits in any more leaves the queue. */
@@ -324,55 +329,16 @@ export class EtcdLockBackend implements LockBackend {
     const grant: LockGrant = { key, owner, fencingToken: batch.token(), lost: lost.signal };
     this.held.set(owner, { grant, lost, batch });
     batch.holder = owner;
+    // Granted by an answer that raced with the session's loss: report it lost at once.
+    if (!batch.session!.alive && this.held.get(owner)?.grant === grant) {
+      this.held.delete(owner);
+      lost.abort(new LockBackendError('etcd', 'keep its session', batch.session!.reason, this.address));
+    }
     return grant;
   }
 
   private keyGone(operation: string): LockBackendError {
     return new LockBackendError('etcd', operation, new Error('the lock key was deleted: its session lease expired, or an operator removed it'), this.address);
-  }
-
-  /**
-   * Deletes a key whose put failed in flight, by name: now, and once more LATE_PUT_MS later, for
-   * a put that commits after its call failed. Left alone, such a key of this live session would
-   * block the name until the process ends; its deletion wakes a follower of this process too.
-   */
-  private deleteUnsure(keys: LockKeys, session: EtcdSession): void {
-    void this.deleteKey(keys, undefined, session).catch(() => undefined);
-    this.later(LATE_PUT_MS, () => {
-      if (session.alive && this.lifecycle.isOpen) void this.deleteKey(keys, undefined, session).catch(() => undefined);
-    });
-  }
-
-  /** Runs `run` after `ms` unless the backend closes first. */
-  private later(ms: number, run: () => void): void {
-    const timer = setTimeout(() => {
-      this.retryTimers.delete(timer);
-      run();
-    }, ms);
-    timer.unref();
-    this.retryTimers.add(timer);
-  }
-
-  /**
-   * Deletes our key; on a network failure keeps retrying in the background while the session
-   * lives (its keepalives would keep a forgotten key, and the queue behind it, alive). A batch
-   * of this process that the answer shows as the lowest key is granted from it; a follower
-   * otherwise learns of the deletion through LocalFollowers.gone, and reads.
-   */
-  private deleteKey(keys: LockKeys, revision: bigint | undefined, session: EtcdSession, attempt = 0): Promise<void> {
-    return this.txn(session, 'release a lock', deleteOwnTxn(keys, revision)).then(
-      (response) => {
-        const lowest = lowestAfterDelete(response);
-        if (lowest && this.lifecycle.isOpen) this.waiting.get(lowest.key.toString('latin1'))?.grantedByRelease(lowest);
-        this.localFollowers.gone(keys.own, this.waiting.size > 0);
-      },
-      (error) => {
-        if (session.alive && this.lifecycle.isOpen) {
-          this.later(Math.min(2_000, 100 * 2 ** attempt), () => void this.deleteKey(keys, revision, session, attempt + 1).catch(() => undefined));
-        }
-        throw error;
-      },
-    );
   }
 
   private txn(session: EtcdSession, operation: string, request: ITxnRequest): Promise<ITxnResponse> {
@@ -390,31 +356,9 @@ export class EtcdLockBackend implements LockBackend {
 export function createEtcdBackend(options: EtcdBackendOptions, settings: BackendSettings = { ttlMs: DEFAULT_TTL_MS, serverTimeoutMs: DEFAULT_SERVER_TIMEOUT_MS }): EtcdLockBackend {
   validateEtcdOptions(options);
   const ttlSeconds = sessionTtlSeconds(options.sessionTtlMs ?? settings.ttlMs);
-  // etcd3 retries a failed attempt on another member (3 attempts): a dead member costs one.
   const attemptTimeoutMs = Math.max(500, Math.floor(settings.serverTimeoutMs / 3));
   const config = { sessionTtlSeconds: ttlSeconds, serverTimeoutMs: settings.serverTimeoutMs, attemptTimeoutMs };
   if (options.client) return new EtcdLockBackend(options.client as unknown as Etcd3, { ...config, address: suppliedClientAddress(options.client), ownsClient: false });
-  const etcd3 = loadPeer<typeof import('etcd3')>('etcd3', 'etcd');
   const hosts = options.hosts ?? DEFAULT_ETCD_HOSTS;
-  const client = new etcd3.Etcd3({
-    hosts,
-    auth: options.auth,
-    credentials: options.credentials,
-    defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + attemptTimeoutMs }),
-    // No circuit breaker: calls are already bounded here (in flight, per attempt), and a breaker
-    // that opens under a burst fails every call for 5 s with wording that names no server.
-    faultHandling: { host: () => noPolicy },
-  });
-  return new EtcdLockBackend(client, { ...config, address: etcdAddress(hosts), ownsClient: true });
-}
-
-/** cockatiel's IPolicy as etcd3 calls it (execute only): runs the call once, as is. */
-const noPolicy = {
-  execute: <T>(fn: (context: { signal: AbortSignal }) => PromiseLike<T> | T) => Promise.resolve().then(() => fn({ signal: new AbortController().signal })),
-} as never;
-
-/** The hosts of a user's client, read from etcd3's connection pool when it has the shape we know. */
-function suppliedClientAddress(client: unknown): string {
-  const hosts = (client as { pool?: { hosts?: Array<{ host?: unknown }> } }).pool?.hosts?.map((host) => host.host);
-  return hosts?.length && hosts.every((host) => typeof host === 'string') ? hosts.join(',') : 'the supplied etcd3 client';
+  return new EtcdLockBackend(createEtcdClient(options, hosts, attemptTimeoutMs), { ...config, address: etcdAddress(hosts), ownsClient: true });
 }
