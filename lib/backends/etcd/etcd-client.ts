@@ -2,15 +2,36 @@ import type { Etcd3 } from 'etcd3';
 import { loadPeer } from '../load-peer';
 import type { EtcdBackendOptions } from './etcd-options';
 
-/** cockatiel's IPolicy as etcd3 calls it (execute only): runs the call once, as is. */
+/** Attempts per call, each on a member etcd3 picks anew (its default retries 3 times: 4 attempts). */
+export const ATTEMPTS = 3;
+
+type Attempt<T> = (context: { signal: AbortSignal; attempt: number }) => PromiseLike<T> | T;
+
+/** cockatiel's IPolicy as etcd3 calls it (execute only): the call once, as is. */
 const noPolicy = {
-  execute: <T>(fn: (context: { signal: AbortSignal }) => PromiseLike<T> | T) => Promise.resolve().then(() => fn({ signal: new AbortController().signal })),
+  execute: <T>(fn: Attempt<T>) => Promise.resolve().then(() => fn({ signal: new AbortController().signal, attempt: 1 })),
 } as never;
+
+/** The same, trying again (on another member) after a transport failure, ATTEMPTS in all. */
+function retryPolicy(isRecoverable: (error: Error) => boolean) {
+  return {
+    async execute<T>(fn: Attempt<T>): Promise<T> {
+      const signal = new AbortController().signal;
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await fn({ signal, attempt });
+        } catch (error) {
+          if (attempt >= ATTEMPTS || !(error instanceof Error) || !isRecoverable(error)) throw error;
+        }
+      }
+    },
+  } as never;
+}
 
 /**
  * The backend's own client, loading etcd3 only now (an optional peer). Each attempt gets
- * `attemptTimeoutMs`; etcd3 retries a failed attempt on another member (3 attempts), so a dead
- * member costs one. No circuit breaker: calls are already bounded (in flight, per attempt), and
+ * `attemptTimeoutMs`, and a failed attempt is tried again on another member (ATTEMPTS in all), so
+ * a dead member costs one attempt and a call at most ATTEMPTS x attemptTimeoutMs. No circuit breaker: calls are already bounded (in flight, per attempt), and
  * etcd3's default breaker, tripped by a burst of timeouts, fails every call for 5 s with wording
  * that names no server.
  */
@@ -21,7 +42,7 @@ export function createEtcdClient(options: EtcdBackendOptions, hosts: string | st
     auth: options.auth,
     credentials: options.credentials,
     defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + attemptTimeoutMs }),
-    faultHandling: { host: () => noPolicy },
+    faultHandling: { host: () => noPolicy, global: retryPolicy(etcd3.isRecoverableError) },
   });
 }
 

@@ -1,5 +1,5 @@
 import type { Etcd3, ITxnRequest, ITxnResponse } from 'etcd3';
-import { LockBackendError } from '../../errors';
+import { LockBackendError, LockServerUnreachableError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import { BackendLifecycle } from '../backend-lifecycle';
@@ -7,7 +7,7 @@ import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.int
 import { PendingWait } from '../pending-wait';
 import { EtcdAcquisition, watchSafetyNetMs } from './etcd-acquisition';
 import { EtcdCalls } from './etcd-calls';
-import { createEtcdClient, suppliedClientAddress } from './etcd-client';
+import { ATTEMPTS, createEtcdClient, suppliedClientAddress } from './etcd-client';
 import { EtcdKeyDeletes, LATE_PUT_MS } from './etcd-key-deletes';
 import { lockKeys } from './etcd-keys';
 import { Batch, LocalQueue } from './etcd-local-queue';
@@ -125,7 +125,7 @@ export class EtcdLockBackend implements LockBackend {
       response = await this.txn(session, 'take a lock', tryTakeTxn(batch.keys, session.leaseId));
     } catch (error) {
       this.deletes.deleteUnsure(batch.keys, session);
-      if (retryOnNewSession && !session.alive && this.lifecycle.isOpen) return this.tryTake(request, false);
+      if (retryOnNewSession && this.sessionDropped(session, error)) return this.tryTake(request, false);
       throw error;
     }
     if (!response.succeeded) return null;
@@ -228,7 +228,7 @@ export class EtcdLockBackend implements LockBackend {
         failed: (error) => {
           this.waiting.delete(ownId);
           if (batch.state === 'ended') return;
-          const retry = retryOnNewSession && !acquisition.queued && !session.alive && this.lifecycle.isOpen && batch.hasMembers;
+          const retry = retryOnNewSession && !acquisition.queued && this.sessionDropped(session, error) && batch.hasMembers;
           if (!retry) return this.ended(batch, error);
           this.sessions.session('queue for a lock').then(
             (next) => this.enqueue(queue, batch, next, false),
@@ -318,6 +318,14 @@ export class EtcdLockBackend implements LockBackend {
     if (this.lifecycle.isOpen) void session.revoke(this.config.serverTimeoutMs);
   };
 
+  /**
+   * The call failed because etcd no longer had the session ("lease not found"): worth one more
+   * try on a new session. Not when etcd could not be reached: that try would only wait again.
+   */
+  private sessionDropped(session: EtcdSession, error: unknown): boolean {
+    return !session.alive && this.lifecycle.isOpen && !(error instanceof LockServerUnreachableError);
+  }
+
   /** The held lock of this very grant: a stale grant of a reused owner id does not match. */
   private heldFor(grant: LockGrant): HeldLock | undefined {
     const held = this.held.get(grant.owner);
@@ -356,7 +364,8 @@ export class EtcdLockBackend implements LockBackend {
 export function createEtcdBackend(options: EtcdBackendOptions, settings: BackendSettings = { ttlMs: DEFAULT_TTL_MS, serverTimeoutMs: DEFAULT_SERVER_TIMEOUT_MS }): EtcdLockBackend {
   validateEtcdOptions(options);
   const ttlSeconds = sessionTtlSeconds(options.sessionTtlMs ?? settings.ttlMs);
-  const attemptTimeoutMs = Math.max(500, Math.floor(settings.serverTimeoutMs / 3));
+  // Every attempt of a call within serverTimeoutMs in all, unless that leaves an attempt too little.
+  const attemptTimeoutMs = Math.max(500, Math.floor(settings.serverTimeoutMs / ATTEMPTS));
   const config = { sessionTtlSeconds: ttlSeconds, serverTimeoutMs: settings.serverTimeoutMs, attemptTimeoutMs };
   if (options.client) return new EtcdLockBackend(options.client as unknown as Etcd3, { ...config, address: suppliedClientAddress(options.client), ownsClient: false });
   const hosts = options.hosts ?? DEFAULT_ETCD_HOSTS;
