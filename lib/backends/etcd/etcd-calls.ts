@@ -72,12 +72,25 @@ export class EtcdCalls {
     return call.finally(() => this.pending.delete(id));
   }
 
+  /**
+   * A call that had to wait for its turn is not sent when etcd turned out unreachable meanwhile:
+   * it fails at once rather than queueing behind a dead server. (Not on waiting alone: a burst
+   * waits its turn while etcd answers.)
+   */
   async txn(operation: string, request: ITxnRequest): Promise<ITxnResponse> {
-    if (this.inFlight >= MAX_IN_FLIGHT) await new Promise<void>((resolve) => this.queued.push(resolve));
-    this.inFlight++;
-    const id = this.nextId++;
     const startedAt = performance.now();
-    this.pending.set(id, startedAt);
+    if (this.inFlight < MAX_IN_FLIGHT) this.inFlight++;
+    else {
+      // The slot is handed over by the call that frees it (releaseSlot).
+      await new Promise<void>((resolve) => this.queued.push(resolve));
+      const waitedMs = performance.now() - startedAt;
+      if (this.lastFailure) {
+        this.releaseSlot();
+        throw new LockServerUnreachableError('etcd', operation, this.address, Math.round(waitedMs), this.lastFailure);
+      }
+    }
+    const id = this.nextId++;
+    this.pending.set(id, performance.now());
     try {
       const options = this.callTimeoutMs === undefined ? undefined : { deadline: Date.now() + this.callTimeoutMs };
       const response = await this.client.kv.txn(request, options);
@@ -87,9 +100,14 @@ export class EtcdCalls {
       throw this.wrap(operation, error, startedAt);
     } finally {
       this.pending.delete(id);
-      this.inFlight--;
-      this.queued.shift()?.();
+      this.releaseSlot();
     }
+  }
+
+  private releaseSlot(): void {
+    const next = this.queued.shift();
+    if (next) next();
+    else this.inFlight--;
   }
 
   /** etcd3's error as this library's, naming the hosts; counts it for `unreachable()`. */
