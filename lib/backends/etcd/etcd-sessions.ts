@@ -95,11 +95,12 @@ export class EtcdSessions {
     this.open(0);
   }
 
-  async close(revokeTimeoutMs: number): Promise<void> {
+  /** `closedError`: what a call still waiting for a session gets. */
+  async close(revokeTimeoutMs: number, closedError: Error): Promise<void> {
     this.closed = true;
     clearTimeout(this.retry);
     clearTimeout(this.warnTimer);
-    this.waiters = [];
+    for (const waiter of this.waiters.splice(0)) waiter.reject(closedError);
     await this.current?.revoke(revokeTimeoutMs);
   }
 

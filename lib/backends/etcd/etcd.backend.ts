@@ -187,7 +187,7 @@ export class EtcdLockBackend implements LockBackend {
     this.deletes.stop();
     this.localFollowers.clear();
     // Revoking the session deletes every key it still has, at once.
-    await this.sessions.close(this.config.serverTimeoutMs);
+    await this.sessions.close(this.config.serverTimeoutMs, waitError);
     if (this.config.ownsClient) this.client.close();
   }
 
