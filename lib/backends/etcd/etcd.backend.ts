@@ -262,7 +262,9 @@ export class EtcdLockBackend implements LockBackend {
     this.txn(batch.session!, 'queue for a lock', recheckTxn(batch.keys!, batch.revision!)).then(
       (response) => {
         if (response.succeeded && rangeKvs(response, 0).length === 0) return this.serve(batch);
-        this.ended(batch, this.keyGone('keep its place in the queue'));
+        // Gone, or (a put that committed late) no longer the lowest: its callers start again.
+        const lost = response.succeeded ? new Error('another key now precedes the lock key') : undefined;
+        this.ended(batch, lost ? new LockBackendError('etcd', 'keep its place in the queue', lost, this.address) : this.keyGone('keep its place in the queue'));
         if (response.succeeded) void this.deletes.delete(batch.keys!, batch.revision, batch.session!).catch(() => undefined);
       },
       (error) => {
