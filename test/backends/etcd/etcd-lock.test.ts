@@ -137,25 +137,31 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
     await assert.rejects(within(next, 5_000, 'the next caller'), LockBackendError);
   });
 
-  it('grants no waiter of the process on shutdown, while the held locks are released', async () => {
-    const key = newKey();
-    const service = lockServiceOver(etcd.backend());
-    const elsewhere = etcd.backend();
-    const held = await service.acquire(key);
-    const sameProcess = service.acquire(key, { waitTimeoutMs: 10_000 }).then(
-      () => 'granted',
-      (error: unknown) => error,
-    );
-    await sleep(100);
-    const other = elsewhere.acquire(request(`${DEFAULT_KEY_PREFIX}${key}`, 'other-process'));
-    await sleep(100);
-    await service.onApplicationShutdown();
-    assert.equal(held.signal.aborted, true);
-    const outcome = await sameProcess;
-    assert.ok(outcome instanceof DistributedLockError, `a waiter of the closing service got ${String(outcome)}`);
-    // The closed service's keys are gone: another process gets the lock at once.
-    await elsewhere.release(await within(other, 5_000, 'another process after the shutdown'));
-  });
+  // The waiter arrives with the holder (one batch, one key) or after it (a key of its own).
+  for (const arrival of ['with the holder', 'after the holder'] as const) {
+    it(`grants no waiter of the process on shutdown, while the held locks are released (waiter ${arrival})`, async () => {
+      const key = newKey();
+      const service = lockServiceOver(etcd.backend());
+      const elsewhere = etcd.backend();
+      // A short lease: shutdown waits for a holder to release, or for its lease to run out.
+      const first = service.acquire(key, { ttlMs: 1_000 });
+      if (arrival === 'after the holder') await first;
+      const sameProcess = service.acquire(key, { waitTimeoutMs: 10_000 }).then(
+        () => 'granted',
+        (error: unknown) => error,
+      );
+      const held = await first;
+      await sleep(100);
+      const other = elsewhere.acquire(request(`${DEFAULT_KEY_PREFIX}${key}`, 'other-process'));
+      await sleep(100);
+      await service.onApplicationShutdown();
+      assert.equal(held.signal.aborted, true);
+      const outcome = await sameProcess;
+      assert.ok(outcome instanceof DistributedLockError, `a waiter of the closing service got ${String(outcome)}`);
+      // The closed service's keys are gone: another process gets the lock at once.
+      await elsewhere.release(await within(other, 5_000, 'another process after the shutdown'));
+    });
+  }
 
   it('keeps lock names apart: "n", "n/x" and "n%2Fx" never share a queue', async () => {
     const key = newKey();
