@@ -3,7 +3,8 @@ import { EtcdCluster } from '../../servers/etcd-server';
 import { runLockContract } from './lock-backend.contract';
 
 // The lock ttls of the contract are enforced by each holder's local deadline (it releases its
-// key when the deadline passes), not by etcd's whole-second session lease: the defaults fit.
+// key when the deadline passes), not by etcd's whole-second session lease (which follows the
+// module's ttlMs, 30 s here): the defaults fit. etcd's own faults: test/backends/etcd/.
 runLockContract({
   name: 'etcd',
   async start() {

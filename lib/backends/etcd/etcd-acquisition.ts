@@ -7,12 +7,8 @@ import type { LocalFollower, LocalFollowers } from './local-followers';
 
 /** How the acquisition tells the backend how it ended. */
 export interface AcquisitionOutcome {
-  /**
-   * Our key is the lowest, our key still exists and our session is alive. `handedOverUntil`: the
-   * lock came from a holder of this process whose delete etcd does not have yet (see
-   * LocalFollowers.handOver); that holder's lease is known valid until then.
-   */
-  granted(revision: bigint, handedOverUntil?: number): void;
+  /** Our key is the lowest, our key still exists and our session is alive. */
+  granted(revision: bigint): void;
   /** Gave up (abort, session lost, error): the caller is told at once. */
   failed(error: unknown): void;
   /**
@@ -112,11 +108,6 @@ export class EtcdAcquisition implements LocalFollower {
   /** Told by this process that our predecessor's key is gone. */
   predecessorGone(): void {
     void this.recheck();
-  }
-
-  /** Told by this process that our predecessor held the lock and let go (LocalFollowers.handOver). */
-  predecessorReleased(validUntil: number): void {
-    this.grant(validUntil);
   }
 
   /**
@@ -220,12 +211,12 @@ export class EtcdAcquisition implements LocalFollower {
     }
   }
 
-  private grant(handedOverUntil?: number): void {
+  private grant(): void {
     if (this.state !== 'waiting') return;
     if (!this.session.alive) return this.fail(this.sessionLost());
     this.state = 'granted';
     this.unfollow();
-    this.outcome.granted(this.revision!, handedOverUntil);
+    this.outcome.granted(this.revision!);
   }
 
   private fail(error: unknown): void {

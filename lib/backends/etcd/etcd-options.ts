@@ -1,4 +1,6 @@
 import { LockConfigError } from '../../errors';
+import { assertMilliseconds } from '../../option-checks';
+import { allowOnlyFields, checkSuppliedClient } from '../option-checks';
 
 /**
  * The parts of an `Etcd3` client the backend uses, typed structurally so that the published
@@ -16,7 +18,10 @@ export interface Etcd3ClientLike {
  */
 export interface EtcdBackendOptions {
   type: 'etcd';
-  /** `http://host:port` or `https://host:port`, one or several members. Default 'http://127.0.0.1:2379'. */
+  /**
+   * One or several members, as etcd3 takes them: `host:port`, `http://host:port` or
+   * `https://host:port` (TLS). Default '127.0.0.1:2379'.
+   */
   hosts?: string | string[];
   /** etcd user and password, passed to etcd3. Default: none. */
   auth?: { username: string; password: string };
@@ -25,40 +30,27 @@ export interface EtcdBackendOptions {
   /** An existing `Etcd3` client. Never closed by the library; the backend only adds its own lease and watches. */
   client?: Etcd3ClientLike;
   /**
-   * The session lease behind every lock of this process. Default 10000. Rounded up to whole
-   * seconds (at least 1); the server may raise it to its minimum (1.5 election timeouts). A
-   * crashed or paused process's locks are freed by etcd this long after its last keepalive;
-   * a running process frees a lock itself when the lock's own `ttlMs` runs out.
+   * The session lease behind every lock of this process: how long etcd keeps a crashed or
+   * paused process's locks. Default: the module's `ttlMs`. Rounded up to whole seconds (see
+   * sessionTtlSeconds); the server may raise it to its own minimum.
    */
   sessionTtlMs?: number;
 }
 
-export const DEFAULT_ETCD_HOSTS = 'http://127.0.0.1:2379';
-export const DEFAULT_SESSION_TTL_MS = 10_000;
+export const DEFAULT_ETCD_HOSTS = '127.0.0.1:2379';
 
-const ALLOWED_FIELDS = new Set(['type', 'hosts', 'auth', 'credentials', 'client', 'sessionTtlMs']);
+const BUILD_FIELDS = ['hosts', 'auth', 'credentials'] as const;
+const HOST = /^(?:https?:\/\/)?[^/\s:]+:\d{1,5}\/?$/;
 
 /** Checks the options before any connection is made; the error names the option to change. */
 export function validateEtcdOptions(options: EtcdBackendOptions): void {
-  for (const field of Object.keys(options)) {
-    if (!ALLOWED_FIELDS.has(field)) {
-      throw new LockConfigError(`backend.${field}`, 'is not an etcd backend option; use hosts, auth, credentials, client or sessionTtlMs.');
-    }
-  }
-  const { hosts, auth, credentials, client, sessionTtlMs } = options;
-  if (client !== undefined) {
-    if (hosts !== undefined || auth !== undefined || credentials !== undefined) {
-      throw new LockConfigError('backend.client', 'give either client or hosts/auth/credentials, not both: a supplied client is used as it is.');
-    }
-    const candidate = client as unknown as Record<string, unknown> | null;
-    if (typeof candidate !== 'object' || candidate === null || !['watch', 'lease', 'close'].every((m) => typeof candidate[m] === 'function')) {
-      throw new LockConfigError('backend.client', 'must be an etcd3 Etcd3 instance.');
-    }
-  }
+  allowOnlyFields('etcd', options, [...BUILD_FIELDS, 'client', 'sessionTtlMs']);
+  checkSuppliedClient(options as unknown as Record<string, unknown>, BUILD_FIELDS, ['watch', 'lease', 'close'], 'an etcd3 Etcd3 instance');
+  const { hosts, auth, credentials, sessionTtlMs } = options;
   if (hosts !== undefined) {
     const list = Array.isArray(hosts) ? hosts : [hosts];
-    if (list.length === 0 || !list.every((host) => typeof host === 'string' && /^https?:\/\/[^/\s]+\/?$/.test(host))) {
-      throw new LockConfigError('backend.hosts', `must be one or more http(s)://host:port URLs, got ${JSON.stringify(hosts)}.`);
+    if (list.length === 0 || !list.every((host) => typeof host === 'string' && HOST.test(host))) {
+      throw new LockConfigError('backend.hosts', `must be one or more 'host:port' or 'http(s)://host:port' strings, got ${JSON.stringify(hosts)}.`);
     }
   }
   if (auth !== undefined) {
@@ -78,12 +70,21 @@ export function validateEtcdOptions(options: EtcdBackendOptions): void {
       throw new LockConfigError('backend.credentials', 'must be { rootCertificate, privateKey?, certChain? } with PEM Buffers.');
     }
   }
-  if (sessionTtlMs !== undefined && (typeof sessionTtlMs !== 'number' || !Number.isFinite(sessionTtlMs) || sessionTtlMs <= 0)) {
-    throw new LockConfigError('backend.sessionTtlMs', `must be a finite number of milliseconds above 0, got ${String(sessionTtlMs)}.`);
+  if (sessionTtlMs !== undefined) {
+    assertMilliseconds('backend.sessionTtlMs', sessionTtlMs, (ms) => Number.isFinite(ms) && ms > 0, 'a finite number of milliseconds above 0');
   }
 }
 
-/** etcd leases are whole seconds: round up, so a session never lives shorter than asked. */
-export function sessionTtlSeconds(sessionTtlMs: number = DEFAULT_SESSION_TTL_MS): number {
+/** The hosts as errors show them: 'host:port', comma-separated (no credentials ever appear in them). */
+export function etcdAddress(hosts: string | string[]): string {
+  return (Array.isArray(hosts) ? hosts : [hosts]).map((host) => host.replace(/^https?:\/\//, '').replace(/\/$/, '')).join(',');
+}
+
+/**
+ * etcd leases are whole seconds: round up, so a session never lives shorter than asked (at
+ * least 1 s). The server raises a ttl below its minimum (1.5 election timeouts, rounded up:
+ * 2 s with etcd's default 1 s election timeout) and the session follows what it granted.
+ */
+export function sessionTtlSeconds(sessionTtlMs: number): number {
   return Math.max(1, Math.ceil(sessionTtlMs / 1000));
 }

@@ -1,6 +1,7 @@
 import type { Etcd3, ILeaseKeepAliveResponse, Lease } from 'etcd3';
 import { deadlines, type Deadline } from '../../deadlines';
 import { driftAllowanceMs } from '../../lock-lease';
+import type { EtcdCalls } from './etcd-calls';
 
 /** A keepalive probe goes out when no keepalive sent in this fraction of the ttl was answered. */
 const PROBE_AFTER_TTL = 0.4;
@@ -40,6 +41,8 @@ export class EtcdSession {
     grantedAt: number,
     private readonly ttlSeconds: number,
     private readonly onLost: (session: EtcdSession, reason: Error) => void,
+    /** Told of each keepalive's outcome: it says whether etcd can be reached. */
+    private readonly calls: EtcdCalls,
   ) {
     this.deadline = grantedAt + ttlSeconds * 1000 - driftAllowanceMs(ttlSeconds * 1000);
     this.confirmedSentAt = grantedAt;
@@ -47,7 +50,10 @@ export class EtcdSession {
     this.armProbe();
     lease.on('keepaliveFired', () => this.sent.push(performance.now()));
     lease.on('keepaliveEstablished', () => (this.sent = []));
-    lease.on('keepaliveFailed', () => (this.sent = []));
+    lease.on('keepaliveFailed', (error: unknown) => {
+      this.sent = [];
+      calls.failed(error);
+    });
     lease.on('keepaliveSucceeded', (response: ILeaseKeepAliveResponse) => this.streamAnswered(response));
     lease.on('lost', (error: Error) => this.end(error));
   }
@@ -60,12 +66,22 @@ export class EtcdSession {
     client: Etcd3,
     ttlSeconds: number,
     onLost: (session: EtcdSession, reason: Error) => void,
+    calls: EtcdCalls,
     grantDeadline?: { deadline: number },
   ): Promise<EtcdSession> {
     const grantedAt = performance.now();
     const lease = client.lease(ttlSeconds, grantDeadline);
-    const leaseId = await lease.grant();
-    return new EtcdSession(lease, leaseId, grantedAt, ttlSeconds, onLost);
+    // A lease whose grant failed must not linger: etcd3 would report it 'lost' later, unheard.
+    lease.on('lost', () => undefined);
+    let leaseId: string;
+    try {
+      leaseId = await calls.track(lease.grant());
+    } catch (error) {
+      lease.release();
+      throw error;
+    }
+    calls.reached();
+    return new EtcdSession(lease, leaseId, grantedAt, ttlSeconds, onLost, calls);
   }
 
   /** Not ended, and its local deadline not passed (checked now, in case timers ran late). */
@@ -109,6 +125,7 @@ export class EtcdSession {
   /** etcd answered a keepalive sent at `sentAt`: the lease runs its ttl from then at least. */
   private confirmed(sentAt: number, response: ILeaseKeepAliveResponse): void {
     if (this.lostReason) return;
+    this.calls.reached();
     const ttlMs = Number(response.TTL) * 1000;
     this.deadline = Math.max(this.deadline, sentAt + ttlMs - driftAllowanceMs(ttlMs));
     this.confirmedSentAt = Math.max(this.confirmedSentAt, sentAt);
@@ -149,7 +166,8 @@ export class EtcdSession {
       const deadline = Date.now() + timeoutMs;
       const probes = Array.from({ length: PROBES_PER_ROUND }, () => this.lease.keepaliveOnce({ deadline }));
       this.confirmed(sentAt, await Promise.any(probes));
-    } catch {
+    } catch (error) {
+      this.calls.failed(error instanceof AggregateError ? error.errors[0] : error);
       // A lease etcd no longer has is reported through 'lost' (keepaliveOnce emits it). Anything
       // else: try again, no sooner than one probe deadline after this one started.
       if (this.alive) this.probeAt(sentAt + timeoutMs);

@@ -1,160 +1,141 @@
-import type { Etcd3, IKeyValue, ITxnRequest, ITxnResponse } from 'etcd3';
-import { DistributedLockError, LockBackendError } from '../../errors';
+import type { Etcd3, ITxnRequest, ITxnResponse } from 'etcd3';
+import { LockBackendError, LockServerUnreachableError } from '../../errors';
+import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
+import { BackendLifecycle } from '../backend-lifecycle';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
-import { loadPeer } from '../load-peer';
+import { PendingWait } from '../pending-wait';
 import { EtcdAcquisition, watchSafetyNetMs } from './etcd-acquisition';
-import { lockKeys, type LockKeys } from './etcd-keys';
-import { DEFAULT_ETCD_HOSTS, sessionTtlSeconds, validateEtcdOptions, type EtcdBackendOptions } from './etcd-options';
-import { createRevision, deleteOwnTxn, lowestAfterDelete, ownKeyTxn, tryTakeTxn } from './etcd-requests';
-import { EtcdSession } from './etcd-session';
+import { EtcdCalls } from './etcd-calls';
+import { ATTEMPTS, createEtcdClient, suppliedClientAddress } from './etcd-client';
+import { EtcdKeyDeletes, LATE_PUT_MS } from './etcd-key-deletes';
+import { lockKeys } from './etcd-keys';
+import { Batch, LocalQueue } from './etcd-local-queue';
+import { DEFAULT_ETCD_HOSTS, etcdAddress, sessionTtlSeconds, validateEtcdOptions, type EtcdBackendOptions } from './etcd-options';
+import { ownKeyTxn, recheckTxn, rangeKvs, tryTakeTxn } from './etcd-requests';
+import type { EtcdSession } from './etcd-session';
+import { EtcdSessions } from './etcd-sessions';
 import { LocalFollowers } from './local-followers';
-import { untilAborted } from '../until-aborted';
-
-/**
- * Every call to etcd gets a deadline: without one, a request to a member that died or lost the
- * quorum waits forever. On a client the backend creates, the deadline is per attempt (etcd3's
- * `defaultCallOptions`), and etcd3 retries a timed-out attempt on another member (3 attempts):
- * a dead member costs one attempt, not the whole call. A user's client keeps its own defaults,
- * so each call on it gets CALL_TIMEOUT_MS in all. The locks' and the session's own deadlines run
- * meanwhile.
- */
-const ATTEMPT_TIMEOUT_MS = 1_500;
-const CALL_TIMEOUT_MS = 3 * ATTEMPT_TIMEOUT_MS;
-
-/**
- * A holder hands the lock to the next waiter of its own process only when its lease is known
- * valid at least this much longer: the waiter holds it under that validity until etcd has the
- * holder's delete (one write, normally milliseconds). A lease about to end is better handed on
- * by etcd: the waiter is then granted from the delete's answer.
- */
-const MIN_HANDOVER_VALIDITY_MS = 100;
-
-/**
- * A put whose call failed may still commit: etcd had accepted the proposal when the deadline
- * passed. Its key is deleted by name at once and again this long after: twice a whole call's
- * deadline, past etcd's own request timeout (5 s + 2 election timeouts: 7 s by default), after
- * which a proposal has in practice committed or been dropped.
- */
-const LATE_PUT_MS = 2 * CALL_TIMEOUT_MS;
 
 interface HeldLock {
   readonly grant: LockGrant;
   readonly lost: AbortController;
-  readonly keys: LockKeys;
-  readonly revision: bigint;
-  readonly session: EtcdSession;
+  readonly batch: Batch;
 }
 
-/**
- * A lock handed over inside this process that etcd has not confirmed yet: the keys before the
- * holder's (this process's, being deleted) may still be there.
- */
-interface UnconfirmedHandOver {
-  readonly owner: string;
-  readonly own: Buffer;
-  readonly revision: bigint;
-  readonly session: EtcdSession;
-  /** Resolves the grant's `provisional.recorded`. */
-  readonly confirm: (from: number | undefined) => void;
+/** What the backend needs besides the client; see createEtcdBackend. */
+export interface EtcdBackendConfig {
+  readonly address: string;
+  readonly sessionTtlSeconds: number;
+  readonly serverTimeoutMs: number;
+  /** How long one attempt may go unanswered (etcd3 retries it on another member). */
+  readonly attemptTimeoutMs: number;
+  /** False for a user-supplied client: it is never closed here, and gets a deadline per call. */
+  readonly ownsClient: boolean;
 }
 
 /**
  * Locks on etcd with the recipe of etcd's own concurrency.Mutex: one session lease per backend
- * (per process), a key per acquisition under the lock name's prefix, the lowest create revision
- * holds, each waiter watches only its predecessor. The fencing token is the key's create revision.
+ * (per process), a key per queued batch of callers under the lock name's prefix, the lowest
+ * create revision holds, each batch watches only its predecessor. A process's callers of one
+ * name share a key (see Batch); the fencing token is the key's create revision shifted left by
+ * 16 bits, plus the caller's turn under that key.
  */
 export class EtcdLockBackend implements LockBackend {
   readonly name = 'etcd';
   readonly maxKeyBytes = 1024;
-  private opening?: Promise<EtcdSession>;
-  private current?: EtcdSession;
+  readonly address: string;
+  private readonly lifecycle = new BackendLifecycle('etcd');
+  private readonly calls: EtcdCalls;
+  private readonly sessions: EtcdSessions;
   private readonly held = new Map<string, HeldLock>();
-  /** Waiting acquisitions by their own key (latin1), for the hand-off of a local release. */
+  /** This process's callers by lock name. */
+  private readonly queues = new Map<string, LocalQueue>();
+  /** Queued batches by their own key (latin1), for the hand-off of a local release. */
   private readonly waiting = new Map<string, EtcdAcquisition>();
-  /** By lock name (its range start, latin1): at most one holder per name in a process. */
-  private readonly handOvers = new Map<string, UnconfirmedHandOver>();
-  private readonly retryTimers = new Set<NodeJS.Timeout>();
-  private readonly localFollowers = new LocalFollowers(2 * CALL_TIMEOUT_MS);
+  private readonly deletes: EtcdKeyDeletes;
+  private readonly localFollowers: LocalFollowers;
   private readonly safetyNetMs: number;
-  private closed = false;
 
   constructor(
     private readonly client: Etcd3,
-    /** False for a user-supplied client: it is never closed here. */
-    private readonly ownsClient: boolean,
-    private readonly sessionTtlSeconds: number,
+    private readonly config: EtcdBackendConfig,
   ) {
-    this.safetyNetMs = watchSafetyNetMs(sessionTtlSeconds);
+    this.address = config.address;
+    const callTimeoutMs = config.ownsClient ? undefined : config.serverTimeoutMs;
+    this.calls = new EtcdCalls(client, config.address, config.attemptTimeoutMs, callTimeoutMs);
+    this.localFollowers = new LocalFollowers(LATE_PUT_MS);
+    this.deletes = new EtcdKeyDeletes(
+      (session, operation, request) => this.txn(session, operation, request),
+      (lowest) => this.waiting.get(lowest.key.toString('latin1'))?.grantedByRelease(lowest),
+      this.localFollowers,
+      () => this.waiting.size > 0,
+    );
+    this.safetyNetMs = watchSafetyNetMs(config.sessionTtlSeconds);
+    this.sessions = new EtcdSessions(client, config.sessionTtlSeconds, this.calls, config.serverTimeoutMs, callTimeoutMs, this.onSessionLost);
+  }
+
+  /** A transport failure or a call unanswered too long (EtcdCalls), or no session yet. */
+  unreachable(): Error | undefined {
+    return this.calls.unreachable() ?? this.sessions.missing();
   }
 
   /**
-   * Looks at the request's signal at once (see AcquireRequest.signal): every acquisition here
-   * waits for at least one round trip to etcd, and a wait timeout or an abort must bound it.
+   * Joins this process's batch for the name (see Batch). The wait is bounded by the request's
+   * signal only: LockService aborts it at waitTimeoutMs and asks unreachable() why.
    */
-  acquire(request: AcquireRequest): Promise<LockGrant> {
+  async acquire(request: AcquireRequest): Promise<LockGrant> {
+    this.lifecycle.assertOpen();
     request.signal.throwIfAborted();
-    return this.queue(request, true);
+    let queue = this.queues.get(request.key);
+    if (!queue) this.queues.set(request.key, (queue = new LocalQueue(request.key)));
+    const wait = new PendingWait<LockGrant>();
+    const batch = queue.join({ request, wait });
+    wait.listen(request.signal, () => this.left(queue, batch, request.signal.reason));
+    // On the next turn of the event loop, so that a burst's callers all join this batch.
+    if (batch.state === 'open' && !queue.pumpScheduled) {
+      queue.pumpScheduled = true;
+      setImmediate(() => {
+        queue.pumpScheduled = false;
+        this.pump(queue);
+      });
+    }
+    return wait.promise;
   }
 
-  /** One transaction: put our key only if no key exists under the name. */
-  tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+  /**
+   * One transaction: put our key only if no key exists under the name. A name this process is
+   * already queued on is taken: null at once.
+   */
+  async tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+    this.lifecycle.assertOpen();
     return this.tryTake(request, true);
   }
 
-  /**
-   * Queues on the live session (opening one races the caller's signal, so a wait timeout or an
-   * abort also bounds an etcd that does not answer). `retryOnNewSession`: etcd may have dropped
-   * the session before this process noticed, and the put then fails ("lease not found"); an
-   * acquisition that was not queued yet queues once more, on a new session.
-   */
-  private async queue(request: AcquireRequest, retryOnNewSession: boolean): Promise<LockGrant> {
-    const { key, owner, signal } = request;
-    const session = await untilAborted(this.session(), signal);
-    signal.throwIfAborted();
-    const keys = lockKeys(key, session.leaseId, owner);
-    return new Promise<LockGrant>((resolve, reject) => {
-      const onAbort = () => acquisition.stop(signal.reason);
-      const settle = () => {
-        this.waiting.delete(ownId);
-        signal.removeEventListener('abort', onAbort);
-      };
-      const txn = (request: ITxnRequest) => this.txn(session, request);
-      const outcome = {
-        granted: (revision: bigint, handedOverUntil?: number) => {
-          settle();
-          resolve(this.hold(key, owner, keys, revision, session, handedOverUntil));
-        },
-        failed: (error: unknown) => {
-          settle();
-          if (retryOnNewSession && !acquisition.queued && !session.alive && !signal.aborted && !this.closed) resolve(this.queue(request, false));
-          else reject(error);
-        },
-        cleanup: (revision: bigint | undefined) =>
-          revision === undefined ? this.deleteUnsure(keys, session) : void this.deleteKey(keys, revision, session, true).catch(() => undefined),
-      };
-      const acquisition = new EtcdAcquisition(this.client, session, keys, txn, this.localFollowers, outcome, this.safetyNetMs);
-      const ownId = keys.own.toString('latin1');
-      this.waiting.set(ownId, acquisition);
-      signal.addEventListener('abort', onAbort, { once: true });
-      void acquisition.start();
-    });
-  }
-
-  /** `retryOnNewSession`: as for queue(). */
+  /** `retryOnNewSession`: as for enqueue(). */
   private async tryTake(request: Omit<AcquireRequest, 'signal'>, retryOnNewSession: boolean): Promise<LockGrant | null> {
     const { key, owner } = request;
-    const session = await this.session();
-    const keys = lockKeys(key, session.leaseId, owner);
+    if (this.queues.has(key)) return null;
+    const session = await this.sessions.session('take a lock');
+    const batch = new Batch(key, owner);
+    batch.keys = lockKeys(key, session.leaseId, owner);
+    batch.session = session;
     let response: ITxnResponse;
     try {
-      response = await this.txn(session, tryTakeTxn(keys, session.leaseId));
+      response = await this.txn(session, 'take a lock', tryTakeTxn(batch.keys, session.leaseId));
     } catch (error) {
-      this.deleteUnsure(keys, session);
-      if (retryOnNewSession && !session.alive && !this.closed) return this.tryTake(request, false);
+      this.deletes.deleteUnsure(batch.keys, session);
+      if (retryOnNewSession && this.sessionDropped(session, error)) return this.tryTake(request, false);
       throw error;
     }
-    return response.succeeded ? this.hold(key, owner, keys, BigInt(response.header.revision), session) : null;
+    if (!response.succeeded) return null;
+    batch.revision = BigInt(response.header.revision);
+    batch.state = 'holding';
+    let queue = this.queues.get(key);
+    if (!queue) this.queues.set(key, (queue = new LocalQueue(key)));
+    // Callers that queued meanwhile put their key after ours: they wait for this one.
+    queue.batches.unshift(batch);
+    return this.hold(key, owner, batch);
   }
 
   /**
@@ -163,88 +144,189 @@ export class EtcdLockBackend implements LockBackend {
    */
   async renew(grant: LockGrant): Promise<boolean> {
     const held = this.heldFor(grant);
-    if (!held || !held.session.alive) return false;
-    const response = await this.txn(held.session, ownKeyTxn(held.keys, held.revision));
-    if (response.succeeded && held.session.alive) return true;
+    if (!held) return false;
+    const { batch } = held;
+    if (!batch.session!.alive) return false;
+    const response = await this.txn(batch.session!, 'renew a lock', ownKeyTxn(batch.keys!, batch.revision!));
+    if (response.succeeded && batch.session!.alive) return true;
     this.held.delete(grant.owner);
-    if (!response.succeeded) this.localFollowers.gone(held.keys.own, this.waiting.size > 0);
+    if (!response.succeeded) this.ended(batch, this.keyGone('renew a lock'));
     return false;
   }
 
   /**
-   * One transaction: delete our key if it is still the one we were granted. With `validForMs`
-   * (the lease is known valid), the next waiter of this process, if it is right behind, holds the
-   * lock at once (LocalFollowers.handOver), and a waiter of this process that the delete's answer
-   * shows as the lowest key is granted from that answer. Without it (the lease ran out, or the
-   * service is shutting down), nothing is handed over: the follower learns of the deletion when
-   * it commits and checks with a read of its own.
+   * Hands the lock to the next caller of this batch, with no round trip (our key stays the
+   * lowest), when the lease is known valid (`validForMs`); otherwise confirms first that the key
+   * still holds the lock. With no caller left: one transaction deletes our key, and grants a
+   * batch of this process that its answer shows as the lowest key.
    */
   async release(grant: LockGrant, validForMs?: number): Promise<void> {
     const held = this.heldFor(grant);
     if (!held) return;
     this.held.delete(grant.owner);
-    if (this.handOvers.size > 0) {
-      const nameId = held.keys.start.toString('latin1');
-      if (this.handOvers.get(nameId)?.owner === grant.owner) this.handOvers.delete(nameId);
-    }
+    const { batch } = held;
+    batch.holder = undefined;
     // A lost session's keys go with its lease.
-    if (!held.session.alive) return;
-    const leaseValid = validForMs !== undefined;
-    if (leaseValid && validForMs >= MIN_HANDOVER_VALIDITY_MS) this.localFollowers.handOver(held.keys.own, performance.now() + validForMs);
-    await this.deleteKey(held.keys, held.revision, held.session, leaseValid);
+    if (batch.state !== 'holding' || !batch.session!.alive) return;
+    if (batch.hasMembers && this.lifecycle.isOpen) return validForMs === undefined ? this.confirmThenServe(batch) : this.serve(batch);
+    await this.finish(batch);
   }
 
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    const waitError = new DistributedLockError('The etcd lock backend was closed while waiting.');
-    for (const acquisition of [...this.waiting.values()]) acquisition.stop(waitError);
-    const heldError = new DistributedLockError('The etcd lock backend was closed.');
+    if (!this.lifecycle.beginClose()) return;
+    const waitError = this.lifecycle.closedWhileWaiting();
+    for (const queue of [...this.queues.values()]) {
+      for (const batch of [...queue.batches]) {
+        if (batch.acquisition && batch.state !== 'holding') batch.acquisition.stop(waitError);
+        this.ended(batch, waitError);
+      }
+    }
+    const heldError = this.lifecycle.closedWhileHeld();
     for (const held of this.held.values()) held.lost.abort(heldError);
     this.held.clear();
-    this.handOvers.clear();
-    for (const timer of this.retryTimers) clearTimeout(timer);
+    this.deletes.stop();
     this.localFollowers.clear();
     // Revoking the session deletes every key it still has, at once.
-    const session = await this.opening?.catch(() => undefined);
-    await session?.revoke(CALL_TIMEOUT_MS);
-    if (this.ownsClient) this.client.close();
+    await this.sessions.close(this.config.serverTimeoutMs, waitError);
+    if (this.config.ownsClient) this.client.close();
   }
 
-  /** The live session, granted on first use (one round trip) and again after one is lost. */
-  private async session(): Promise<EtcdSession> {
-    for (let attempt = 0; ; attempt++) {
-      if (this.closed) throw new DistributedLockError('The etcd lock backend is closed.');
-      this.opening ??= EtcdSession.open(this.client, this.sessionTtlSeconds, this.onSessionLost, this.callOptions()).then(
-        (session) => (this.current = session),
-        (error) => {
-          this.opening = undefined;
-          throw error;
+  /** Puts the key of the queue's next batch, once the put before it has answered. */
+  private pump(queue: LocalQueue): void {
+    const batch = queue.sendable();
+    if (!batch || !this.lifecycle.isOpen) return;
+    if (!batch.hasMembers) return this.ended(batch);
+    batch.state = 'sending';
+    // Bounded like any call: an acquisition ends by min(waitTimeoutMs, serverTimeoutMs) when etcd cannot be reached.
+    this.sessions.session('queue for a lock').then(
+      (session) => this.enqueue(queue, batch, session, true),
+      (error) => this.ended(batch, error),
+    );
+  }
+
+  /** `retryOnNewSession`: etcd may have dropped the session before this process noticed, and the put then fails ("lease not found"): a batch not queued yet queues once more, on a new session. */
+  private enqueue(queue: LocalQueue, batch: Batch, session: EtcdSession, retryOnNewSession: boolean): void {
+    if (batch.state !== 'sending') return;
+    if (!batch.hasMembers || !this.lifecycle.isOpen) return this.ended(batch);
+    const keys = lockKeys(batch.name, session.leaseId, batch.id);
+    const ownId = keys.own.toString('latin1');
+    batch.keys = keys;
+    batch.session = session;
+    const acquisition = new EtcdAcquisition(
+      this.client,
+      session,
+      keys,
+      (request) => this.txn(session, 'queue for a lock', request),
+      this.localFollowers,
+      {
+        granted: (revision) => {
+          this.waiting.delete(ownId);
+          batch.revision = revision;
+          batch.state = 'holding';
+          this.serve(batch);
         },
-      );
-      const session = await this.opening;
-      if (session.alive) return session;
-      if (attempt > 0) throw new LockBackendError('etcd', 'open a session', session.reason);
-    }
+        failed: (error) => {
+          this.waiting.delete(ownId);
+          if (batch.state === 'ended') return;
+          const retry = retryOnNewSession && !acquisition.queued && this.sessionDropped(session, error) && batch.hasMembers;
+          if (!retry) return this.ended(batch, error);
+          this.sessions.session('queue for a lock').then(
+            (next) => this.enqueue(queue, batch, next, false),
+            (refused) => this.ended(batch, refused),
+          );
+        },
+        cleanup: (revision) => (revision === undefined ? this.deletes.deleteUnsure(keys, session) : void this.deletes.delete(keys, revision, session).catch(() => undefined)),
+      },
+      this.safetyNetMs,
+    );
+    batch.acquisition = acquisition;
+    this.waiting.set(ownId, acquisition);
+    void acquisition.start().then(() => {
+      if (batch.state === 'sending' && acquisition.queued) batch.state = 'queued';
+      this.pump(queue);
+    });
   }
 
-  /** Every lock and wait on a lost session ends now; the next acquisition opens a new session. */
+  /** Our key holds the lock: the batch's next caller gets it. */
+  private serve(batch: Batch): void {
+    if (batch.state !== 'holding' || batch.holder !== undefined) return;
+    // Checking it fires onSessionLost when the session's deadline passed: that ends the batch.
+    if (!batch.session!.alive) return;
+    const member = batch.next();
+    if (!member) return void this.finish(batch).catch(() => undefined);
+    member.wait.resolve(this.hold(member.request.key, member.request.owner, batch));
+  }
+
+  /** The previous holder's lease ran out here: read that our key still holds before serving on. */
+  private confirmThenServe(batch: Batch): void {
+    this.txn(batch.session!, 'queue for a lock', recheckTxn(batch.keys!, batch.revision!)).then(
+      (response) => {
+        if (response.succeeded && rangeKvs(response, 0).length === 0) return this.serve(batch);
+        // Gone, or (a put that committed late) no longer the lowest: its callers start again.
+        const lost = response.succeeded ? new Error('another key now precedes the lock key') : undefined;
+        this.ended(batch, lost ? new LockBackendError('etcd', 'keep its place in the queue', lost, this.address) : this.keyGone('keep its place in the queue'));
+        if (response.succeeded) void this.deletes.delete(batch.keys!, batch.revision, batch.session!).catch(() => undefined);
+      },
+      (error) => {
+        this.ended(batch, error);
+        void this.deletes.delete(batch.keys!, batch.revision, batch.session!).catch(() => undefined);
+      },
+    );
+  }
+
+  /** No caller left: the batch leaves, and its key goes (granting the next batch of the process, if it is next). */
+  private async finish(batch: Batch): Promise<void> {
+    this.ended(batch);
+    await this.deletes.delete(batch.keys!, batch.revision, batch.session!);
+  }
+
+  /** A caller of `batch` gave up: a batch nobody waits in any more leaves the queue. */
+  private left(queue: LocalQueue, batch: Batch, reason: unknown): void {
+    if (batch.hasMembers || batch.state === 'holding' || batch.state === 'ended') return;
+    if (batch.acquisition) batch.acquisition.stop(reason);
+    else if (batch.state === 'open') this.ended(batch);
+    this.pump(queue);
+  }
+
+  /** The batch is over: its remaining callers get `error`, and the queue moves on. */
+  private ended(batch: Batch, error?: unknown): void {
+    if (batch.state === 'ended') return;
+    batch.state = 'ended';
+    batch.rejectAll(error ?? this.lifecycle.closedWhileWaiting());
+    const queue = this.queues.get(batch.name);
+    if (!queue) return;
+    queue.remove(batch);
+    if (queue.empty) this.queues.delete(batch.name);
+    else this.pump(queue);
+  }
+
+  /** Every lock and wait on a lost session ends now; the next session is being opened. */
   private readonly onSessionLost = (session: EtcdSession, reason: Error): void => {
-    if (this.current === session) {
-      this.current = undefined;
-      this.opening = undefined;
-    }
-    const error = new LockBackendError('etcd', 'keep its session', reason);
-    for (const acquisition of [...this.waiting.values()]) if (acquisition.session === session) acquisition.stop(error);
+    this.sessions.lost(session);
+    const error = new LockBackendError('etcd', 'keep its session', reason, this.address);
     for (const [owner, held] of this.held) {
-      if (held.session !== session) continue;
+      if (held.batch.session !== session) continue;
       this.held.delete(owner);
       held.lost.abort(error);
     }
-    for (const [nameId, handOver] of this.handOvers) if (handOver.session === session) this.handOvers.delete(nameId);
+    for (const queue of [...this.queues.values()]) {
+      for (const batch of [...queue.batches]) {
+        if (batch.session !== session) continue;
+        if (batch.state === 'holding') this.ended(batch, error);
+        else batch.acquisition?.stop(error);
+      }
+    }
     // If the server still has it (we only lost contact), its keys go now rather than at its ttl.
-    if (!this.closed) void session.revoke(CALL_TIMEOUT_MS);
+    if (this.lifecycle.isOpen) void session.revoke(this.config.serverTimeoutMs);
   };
+
+  /**
+   * The call failed because etcd no longer had the session ("lease not found"): worth one more
+   * try on a new session. Not when etcd could not be reached: that try would only wait again.
+   */
+  private sessionDropped(session: EtcdSession, error: unknown): boolean {
+    return !session.alive && this.lifecycle.isOpen && !(error instanceof LockServerUnreachableError);
+  }
 
   /** The held lock of this very grant: a stale grant of a reused owner id does not match. */
   private heldFor(grant: LockGrant): HeldLock | undefined {
@@ -252,111 +334,42 @@ export class EtcdLockBackend implements LockBackend {
     return held?.grant.fencingToken === grant.fencingToken ? held : undefined;
   }
 
-  /** `handedOverUntil`: see AcquisitionOutcome.granted; the grant is then provisional. */
-  private hold(key: string, owner: string, keys: LockKeys, revision: bigint, session: EtcdSession, handedOverUntil?: number): LockGrant {
+  private hold(key: string, owner: string, batch: Batch): LockGrant {
     const lost = new AbortController();
-    const provisional = handedOverUntil === undefined ? undefined : { validUntil: handedOverUntil, recorded: this.confirmation(owner, keys, revision, session) };
-    const grant: LockGrant = { key, owner, fencingToken: revision, lost: lost.signal, provisional };
-    this.held.set(owner, { grant, lost, keys, revision, session });
+    const grant: LockGrant = { key, owner, fencingToken: batch.token(), lost: lost.signal };
+    this.held.set(owner, { grant, lost, batch });
+    batch.holder = owner;
     // Granted by an answer that raced with the session's loss: report it lost at once.
-    if (!session.alive) {
+    if (!batch.session!.alive && this.held.get(owner)?.grant === grant) {
       this.held.delete(owner);
-      lost.abort(new LockBackendError('etcd', 'keep its session', session.reason));
+      lost.abort(new LockBackendError('etcd', 'keep its session', batch.session!.reason, this.address));
     }
     return grant;
   }
 
-  /**
-   * The lock was handed to `owner` inside this process (LocalFollowers.handOver): etcd has it
-   * once the keys before its own, this process's, are deleted. Resolves with the send time of
-   * the delete whose answer shows its key as the lowest (the lease counts from then), or with
-   * undefined when an answer shows its key gone; never, when no delete gets through (the
-   * holder's lease then ends at the hand-over's `validUntil`).
-   */
-  private confirmation(owner: string, keys: LockKeys, revision: bigint, session: EtcdSession): Promise<number | undefined> {
-    return new Promise((confirm) => this.handOvers.set(keys.start.toString('latin1'), { owner, own: keys.own, revision, session, confirm }));
+  private keyGone(operation: string): LockBackendError {
+    return new LockBackendError('etcd', operation, new Error('the lock key was deleted: its session lease expired, or an operator removed it'), this.address);
   }
 
-  /** A delete sent at `sentAt` read `lowest` under the name: settles a hand-over waiting on it. */
-  private confirmHandOver(keys: LockKeys, lowest: IKeyValue | undefined, sentAt: number): void {
-    if (this.handOvers.size === 0) return; // the common case: no hand-over inside the process
-    const nameId = keys.start.toString('latin1');
-    const handOver = this.handOvers.get(nameId);
-    // A key of ours before the holder's is still being deleted: a later answer will tell.
-    if (!handOver || (lowest && createRevision(lowest) < handOver.revision)) return;
-    this.handOvers.delete(nameId);
-    handOver.confirm(lowest?.key.equals(handOver.own) ? sentAt : undefined);
-  }
-
-  /**
-   * Deletes a key whose put failed in flight, by name: now, and once more LATE_PUT_MS later, for
-   * a put that commits after its call failed. Left alone, such a key of this live session would
-   * block the name until the process ends; its deletion wakes a follower of this process too.
-   */
-  private deleteUnsure(keys: LockKeys, session: EtcdSession): void {
-    void this.deleteKey(keys, undefined, session, true).catch(() => undefined);
-    this.later(LATE_PUT_MS, () => {
-      if (session.alive && !this.closed) void this.deleteKey(keys, undefined, session, true).catch(() => undefined);
-    });
-  }
-
-  /** Runs `run` after `ms` unless the backend closes first. */
-  private later(ms: number, run: () => void): void {
-    const timer = setTimeout(() => {
-      this.retryTimers.delete(timer);
-      run();
-    }, ms);
-    timer.unref();
-    this.retryTimers.add(timer);
-  }
-
-  /**
-   * Deletes our key; on a network failure keeps retrying in the background while the session
-   * lives (its keepalives would keep a forgotten key, and the queue behind it, alive).
-   * `grantNext`: a waiter of this process that the answer shows as the lowest key is granted
-   * from it; otherwise it learns of the deletion through LocalFollowers.gone, and reads.
-   */
-  private deleteKey(keys: LockKeys, revision: bigint | undefined, session: EtcdSession, grantNext: boolean, attempt = 0): Promise<void> {
-    const sentAt = performance.now();
-    return this.txn(session, deleteOwnTxn(keys, revision)).then(
-      (response) => {
-        const lowest = lowestAfterDelete(response);
-        this.confirmHandOver(keys, lowest, sentAt);
-        if (lowest && grantNext) this.waiting.get(lowest.key.toString('latin1'))?.grantedByRelease(lowest);
-        this.localFollowers.gone(keys.own, this.waiting.size > 0);
-      },
-      (error) => {
-        if (session.alive && !this.closed) {
-          this.later(Math.min(2_000, 100 * 2 ** attempt), () => void this.deleteKey(keys, revision, session, grantNext, attempt + 1).catch(() => undefined));
-        }
-        throw error;
-      },
-    );
-  }
-
-  /** A user's client has no per-attempt deadlines of ours: each call on it gets CALL_TIMEOUT_MS in all. */
-  private callOptions(): { deadline: number } | undefined {
-    return this.ownsClient ? undefined : { deadline: Date.now() + CALL_TIMEOUT_MS };
-  }
-
-  private txn(session: EtcdSession, request: ITxnRequest): Promise<ITxnResponse> {
-    return this.client.kv.txn(request, this.callOptions()).catch((error: Error) => {
+  private txn(session: EtcdSession, operation: string, request: ITxnRequest): Promise<ITxnResponse> {
+    return this.calls.txn(operation, request).catch((error: Error) => {
       if (/lease not found|expired or revoked/i.test(error.message)) session.end(error);
       throw error;
     });
   }
 }
 
-/** Validates before any I/O, then loads etcd3 (only now: it is an optional peer). */
-export function createEtcdBackend(options: EtcdBackendOptions, _settings?: BackendSettings): EtcdLockBackend {
+/**
+ * Validates before any I/O, then loads etcd3 (only now: it is an optional peer). Never waits for
+ * etcd: the session is opened in the background.
+ */
+export function createEtcdBackend(options: EtcdBackendOptions, settings: BackendSettings = { ttlMs: DEFAULT_TTL_MS, serverTimeoutMs: DEFAULT_SERVER_TIMEOUT_MS }): EtcdLockBackend {
   validateEtcdOptions(options);
-  if (options.client) return new EtcdLockBackend(options.client as unknown as Etcd3, false, sessionTtlSeconds(options.sessionTtlMs));
-  const { Etcd3: Client } = loadPeer<typeof import('etcd3')>('etcd3', 'etcd');
-  const client = new Client({
-    hosts: options.hosts ?? DEFAULT_ETCD_HOSTS,
-    auth: options.auth,
-    credentials: options.credentials,
-    defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + ATTEMPT_TIMEOUT_MS }),
-  });
-  return new EtcdLockBackend(client, true, sessionTtlSeconds(options.sessionTtlMs));
+  const ttlSeconds = sessionTtlSeconds(options.sessionTtlMs ?? settings.ttlMs);
+  // Every attempt of a call within serverTimeoutMs in all, unless that leaves an attempt too little.
+  const attemptTimeoutMs = Math.max(500, Math.floor(settings.serverTimeoutMs / ATTEMPTS));
+  const config = { sessionTtlSeconds: ttlSeconds, serverTimeoutMs: settings.serverTimeoutMs, attemptTimeoutMs };
+  if (options.client) return new EtcdLockBackend(options.client as unknown as Etcd3, { ...config, address: suppliedClientAddress(options.client), ownsClient: false });
+  const hosts = options.hosts ?? DEFAULT_ETCD_HOSTS;
+  return new EtcdLockBackend(createEtcdClient(options, hosts, attemptTimeoutMs), { ...config, address: etcdAddress(hosts), ownsClient: true });
 }

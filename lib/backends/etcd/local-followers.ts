@@ -2,18 +2,12 @@
 export interface LocalFollower {
   /** The predecessor's key is gone: look again at the queue. */
   predecessorGone(): void;
-  /**
-   * The predecessor held the lock and let go while its lease was known valid until `validUntil`
-   * (a performance.now() time): the lock is ours, with no read needed, under that validity until
-   * etcd has the predecessor's delete.
-   */
-  predecessorReleased(validUntil: number): void;
 }
 
 /**
  * When the key just before a waiter's belongs to the same session (this process), the waiter
  * needs no watch: every deletion of that key is made (or learnt) here, and tells the waiter
- * directly. This saves a watch and a check per waiter of a busy process.
+ * directly. This saves a watch and a check per queued batch of a busy process.
  *
  * A waiter learns its predecessor from a read that may answer after the predecessor's deletion
  * was already reported here; deletions are therefore remembered for `rememberMs` (longer than a
@@ -41,23 +35,6 @@ export class LocalFollowers {
   unfollow(key: Buffer, follower: LocalFollower): void {
     const id = key.toString('latin1');
     if (this.followers.get(id) === follower) this.followers.delete(id);
-  }
-
-  /**
-   * The lock holder with this key let go while its lease was known valid until `validUntil` (its
-   * delete is still on its way): its follower holds the lock from now. The holder's key was the
-   * lowest, so the follower's is the lowest but for it, and both are this session's, so no other
-   * process can be granted until both are gone. The follower's token (its create revision) is
-   * above the holder's. Hands over through the process without waiting for etcd: a queue of this
-   * process's callers moves at the speed of the process, while etcd gets the deletes, batched.
-   * Only a holder whose lease is known valid may hand over: one whose lease ran out (no quorum,
-   * say) cannot tell whether its key, and so the lock, is still there.
-   */
-  handOver(key: Buffer, validUntil: number): void {
-    const id = key.toString('latin1');
-    const follower = this.followers.get(id);
-    this.followers.delete(id);
-    follower?.predecessorReleased(validUntil);
   }
 
   /**

@@ -34,7 +34,7 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
       assert.deepEqual(txns, ['put', 'delete']);
       const revisionAfter = BigInt((await etcd.admin.kv.range({ key: Buffer.from('x') })).header.revision);
       assert.equal(revisionAfter - revisionBefore, 2n);
-      assert.equal(grant.fencingToken, revisionBefore + 1n, 'the fencing token is not the key create revision');
+      assert.equal(grant.fencingToken, (revisionBefore + 1n) << 16n, 'the fencing token is not the key create revision, shifted for the turns');
       await locks.close();
     } finally {
       client.close();
@@ -64,105 +64,104 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
     assert.ok(await b.tryAcquire(request(key, 'other')));
   });
 
-  it('hands the lock to the next waiter of the same process at release, before etcd has the delete, and to no other process', async () => {
+  it('serves the callers of one process that arrive together under one key: one put, one delete, hand-overs with no round trip, no other process in between', async () => {
     const key = newKey();
-    const here = etcd.backend();
+    const client = etcd.client();
+    const txns: string[] = [];
+    const txn = client.kv.txn.bind(client.kv);
+    client.kv.txn = (req, options) => {
+      txns.push(txnKind(req));
+      return txn(req, options);
+    };
+    const here = etcd.backend({ client });
     const elsewhere = etcd.backend(); // another session: what another process would be
-    const holder = await here.acquire(request(key, 'holder'));
-    const next = here.acquire(request(key, 'next-here'));
-    await sleep(100); // queued: its key is after the holder's
+    await here.release((await here.acquire(request(newKey(), 'warm-up')))!);
+    txns.length = 0;
+    const callers = Array.from({ length: 20 }, (_, i) => here.acquire(request(key, `here-${i}`)));
+    const first = await within(callers[0], 5_000, 'the first caller');
     let otherGranted = false;
     const other = elsewhere.acquire(request(key, 'other-process')).then((grant) => ((otherGranted = true), grant));
     await sleep(100);
     etcd.cluster.pause(0);
+    const grants = [first];
     try {
-      // etcd answers nothing now: the delete of the holder's key is stuck, yet the local waiter
-      // holds, under the holder's lease (known valid for 20 s more) until etcd has the delete.
-      const releasedAt = performance.now();
-      const release = here.release(holder, 20_000);
-      const nextGrant = await within(next, 500, 'the next waiter of the same process');
-      assert.ok(nextGrant.fencingToken > holder.fencingToken, 'the token did not increase at the local hand-over');
-      const provisional = nextGrant.provisional;
-      assert.ok(provisional, 'a hand-over before etcd has the delete is not marked provisional');
-      assert.ok(provisional.validUntil >= releasedAt + 20_000 && provisional.validUntil <= performance.now() + 20_000);
-      let recordedAt: number | undefined | 'pending' = 'pending';
-      void provisional.recorded.then((at) => (recordedAt = at));
-      await sleep(300);
-      assert.equal(recordedAt, 'pending', 'the hand-over was confirmed while etcd answered nothing');
+      // etcd answers nothing now, yet each release hands the lock to the next caller at once:
+      // the key stays the lowest, and the token grows with each turn.
+      for (let i = 1; i < callers.length; i++) {
+        void here.release(grants[i - 1], 20_000);
+        grants.push(await within(callers[i], 500, `caller ${i} while etcd is paused`));
+        assert.ok(grants[i].fencingToken > grants[i - 1].fencingToken, 'the token did not increase at the hand-over');
+      }
       assert.equal(otherGranted, false);
-      etcd.cluster.resume(0);
-      await release;
-      await sleep(300);
-      assert.equal(typeof recordedAt, 'number', `the hand-over was not confirmed once etcd had the delete: ${String(recordedAt)}`);
-      assert.ok((recordedAt as unknown as number) >= releasedAt, 'the new holder\'s lease counts from before the delete was sent');
-      assert.equal(otherGranted, false, 'another process was granted while the local waiter held the lock');
-      await here.release(nextGrant);
-      const otherGrant = await within(other, 5_000, 'the other process after both keys are gone');
-      assert.ok(otherGrant.fencingToken > nextGrant.fencingToken);
-      await elsewhere.release(otherGrant);
     } finally {
       etcd.cluster.resume(0);
     }
+    await here.release(grants.at(-1)!, 20_000);
+    const otherGrant = await within(other, 5_000, 'the other process after the batch');
+    assert.ok(otherGrant.fencingToken > grants.at(-1)!.fencingToken);
+    assert.deepEqual(txns, ['put', 'delete'], `20 callers of one process cost ${txns.join(', ')}`);
+    await elsewhere.release(otherGrant);
   });
 
-  it('a hand-over whose new holder\'s key etcd no longer has is reported lost when the delete answers', async () => {
+  it('confirms with etcd before serving the next caller when the holder\'s lease is not known valid', async () => {
     const key = newKey();
     const here = etcd.backend();
-    const holder = await here.acquire(request(key, 'holder'));
-    const next = here.acquire(request(key, 'next-here'));
-    await sleep(100);
-    // The waiter's key goes behind the process's back (as an expired session's would).
-    const kvs = (await etcd.admin.getAll().prefix(`${key}/`).sort('Create', 'Ascend').exec()).kvs;
-    await etcd.admin.delete().key(kvs[1].key);
-    await here.release(holder, 20_000);
-    const handedOver = await within(next, 500, 'the hand-over');
-    assert.ok(handedOver.provisional, 'not handed over inside the process');
-    assert.equal(await within(handedOver.provisional.recorded, 5_000, 'the confirmation'), undefined, 'a hand-over to a deleted key was confirmed');
-  });
-
-  it('hands nothing over inside the process when the holder\'s lease is not known valid: the waiter waits for etcd', async () => {
-    const key = newKey();
-    const here = etcd.backend();
-    const holder = await here.acquire(request(key, 'holder'));
+    const first = here.acquire(request(key, 'holder'));
     let nextGranted = false;
     const next = here.acquire(request(key, 'next-here')).then((grant) => ((nextGranted = true), grant));
-    await sleep(100);
+    const holder = await within(first, 5_000, 'the holder');
     etcd.cluster.pause(0);
     try {
       // What the service does when the holder's lease ran out (no quorum, say): release with no validity.
-      const release = here.release(holder);
+      await here.release(holder);
       await sleep(500);
-      assert.equal(nextGranted, false, 'a waiter was handed the lock of a holder whose lease was lost');
+      assert.equal(nextGranted, false, 'a caller was handed the lock of a holder whose lease was lost, unconfirmed');
       etcd.cluster.resume(0);
-      await release;
-      const nextGrant = await within(next, 5_000, 'the waiter once etcd has the delete');
+      const nextGrant = await within(next, 5_000, 'the next caller once etcd confirms');
       assert.ok(nextGrant.fencingToken > holder.fencingToken);
-      assert.equal(nextGrant.provisional, undefined, 'a grant read from etcd is marked provisional');
       await here.release(nextGrant);
     } finally {
       etcd.cluster.resume(0);
     }
   });
 
-  it('grants no waiter of the process on shutdown, while the held locks are released', async () => {
+  it('fails the callers still queued under a key that etcd no longer has, never grants them', async () => {
     const key = newKey();
-    const service = lockServiceOver(etcd.backend());
-    const elsewhere = etcd.backend();
-    const held = await service.acquire(key);
-    const sameProcess = service.acquire(key, { waitTimeoutMs: 10_000 }).then(
-      () => 'granted',
-      (error: unknown) => error,
-    );
-    await sleep(100);
-    const other = elsewhere.acquire(request(`${DEFAULT_KEY_PREFIX}${key}`, 'other-process'));
-    await sleep(100);
-    await service.onApplicationShutdown();
-    assert.equal(held.signal.aborted, true);
-    const outcome = await sameProcess;
-    assert.ok(outcome instanceof DistributedLockError, `a waiter of the closing service got ${String(outcome)}`);
-    // The closed service's keys are gone: another process gets the lock at once.
-    await elsewhere.release(await within(other, 5_000, 'another process after the shutdown'));
+    const here = etcd.backend();
+    const first = here.acquire(request(key, 'holder'));
+    const next = here.acquire(request(key, 'next-here'));
+    const holder = await within(first, 5_000, 'the holder');
+    // The key goes behind the process's back (as an operator's forced release would).
+    await etcd.admin.delete().prefix(`${key}/`);
+    assert.equal(await here.renew(holder), false);
+    await assert.rejects(within(next, 5_000, 'the next caller'), LockBackendError);
   });
+
+  // The waiter arrives with the holder (one batch, one key) or after it (a key of its own).
+  for (const arrival of ['with the holder', 'after the holder'] as const) {
+    it(`grants no waiter of the process on shutdown, while the held locks are released (waiter ${arrival})`, async () => {
+      const key = newKey();
+      const service = lockServiceOver(etcd.backend());
+      const elsewhere = etcd.backend();
+      // A short lease: shutdown waits for a holder to release, or for its lease to run out.
+      const first = service.acquire(key, { ttlMs: 1_000 });
+      if (arrival === 'after the holder') await first;
+      const sameProcess = service.acquire(key, { waitTimeoutMs: 10_000 }).then(
+        () => 'granted',
+        (error: unknown) => error,
+      );
+      const held = await first;
+      await sleep(100);
+      const other = elsewhere.acquire(request(`${DEFAULT_KEY_PREFIX}${key}`, 'other-process'));
+      await sleep(100);
+      await service.onApplicationShutdown();
+      assert.equal(held.signal.aborted, true);
+      const outcome = await sameProcess;
+      assert.ok(outcome instanceof DistributedLockError, `a waiter of the closing service got ${String(outcome)}`);
+      // The closed service's keys are gone: another process gets the lock at once.
+      await elsewhere.release(await within(other, 5_000, 'another process after the shutdown'));
+    });
+  }
 
   it('keeps lock names apart: "n", "n/x" and "n%2Fx" never share a queue', async () => {
     const key = newKey();
@@ -270,10 +269,11 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
     await etcd.cluster.waitHealthy(10_000);
   });
 
-  it('hands a SIGKILLed holder\'s lock to a waiter within the session ttl plus 1.5 s', async () => {
-    const sessionTtlMs = 2_000;
+  it('hands a SIGKILLed holder\'s lock to a waiter within ttlMs, rounded up to whole seconds, plus 1.5 s (the session follows the module\'s ttlMs)', async () => {
+    const ttlMs = 1_500;
+    const sessionMs = 2_000; // ttlMs rounded up to whole seconds: the session lease
     const key = newKey();
-    const holder = await HolderProcess.start('etcd', { hosts: etcd.cluster.hosts.join(','), sessionTtlMs: String(sessionTtlMs) }, 30_000);
+    const holder = await HolderProcess.start('etcd', { hosts: etcd.cluster.hosts.join(',') }, ttlMs);
     try {
       const token = await holder.acquire(key);
       // The holder's LockService adds the module's default key prefix.
@@ -285,12 +285,13 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
       assert.equal(granted, false, 'the waiter got the lock while the holder held it');
       holder.kill('SIGKILL');
       const killed = Date.now();
-      const grant = await within(waiting, sessionTtlMs + 5_000, 'the waiter behind the killed holder');
+      const grant = await within(waiting, sessionMs + 5_000, 'the waiter behind the killed holder');
       const waitedMs = Date.now() - killed;
       assert.ok(grant.fencingToken > token);
       // etcd checks lease expiry every 500 ms; then the revoke commits and the watch fires.
-      assert.ok(waitedMs <= sessionTtlMs + 1_500, `the waiter got the lock ${waitedMs} ms after the kill`);
-      console.log(`SIGKILLed holder: lock handed on ${waitedMs} ms after the kill (session ${sessionTtlMs} ms)`);
+      const boundMs = sessionMs + 1_500;
+      console.log(`SIGKILLed holder (ttlMs ${ttlMs}, session ${sessionMs} ms): lock handed on ${waitedMs} ms after the kill (bound ${boundMs} ms)`);
+      assert.ok(waitedMs <= boundMs, `the waiter got the lock ${waitedMs} ms after the kill, bound ${boundMs} ms`);
     } finally {
       await holder.stop();
     }

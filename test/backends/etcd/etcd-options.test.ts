@@ -28,7 +28,8 @@ describe('etcd backend options', () => {
   after(() => new Promise<void>((resolve) => listener.close(() => resolve())));
 
   const bad: Array<[string, Record<string, unknown>]> = [
-    ['backend.hosts', { hosts: 'localhost:2379' }],
+    ['backend.hosts', { hosts: 'localhost' }],
+    ['backend.hosts', { hosts: 'ftp://localhost:2379' }],
     ['backend.hosts', { hosts: [] }],
     ['backend.hosts', { hosts: ['http://127.0.0.1:2379', 42] }],
     ['backend.auth', { auth: { username: '', password: 'x' } }],

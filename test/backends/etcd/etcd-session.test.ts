@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { createServer, type Server, type Socket } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { Etcd3 } from 'etcd3';
-import { LockTimeoutError } from '../../../lib';
+import { LockServerUnreachableError } from '../../../lib';
 import { createEtcdBackend } from '../../../lib/backends/etcd/etcd.backend';
 import { freePort } from '../../../servers/free-port';
 import { lockServiceOver } from '../../support/lock-service-factory';
@@ -73,11 +73,16 @@ describe('etcd backend against an endpoint that accepts connections and never an
     await new Promise<void>((resolve) => server.close(() => resolve()));
   });
 
-  it('gives up at waitTimeoutMs with LockTimeoutError, and at the caller\'s abort, while the session is being opened', async () => {
+  it('gives up at waitTimeoutMs saying the server is unreachable, and at the caller\'s abort, while the session is being opened', async () => {
     const service = lockServiceOver(createEtcdBackend({ type: 'etcd', hosts: host }));
     try {
       const started = Date.now();
-      await assert.rejects(service.acquire('silent', { waitTimeoutMs: 200 }), LockTimeoutError);
+      await assert.rejects(service.acquire('silent', { waitTimeoutMs: 200 }), (error: unknown) => {
+        assert.ok(error instanceof LockServerUnreachableError, `expected LockServerUnreachableError, got ${String(error)}`);
+        assert.equal(error.address, host.replace('http://', ''));
+        assert.match(String((error.cause as Error).message), /not granted the session lease/);
+        return true;
+      });
       const timedOutMs = Date.now() - started;
       assert.ok(timedOutMs < 1_000, `waitTimeoutMs 200 ended the wait only after ${timedOutMs} ms`);
       console.log(`unanswered session grant: waitTimeoutMs 200 ended the wait after ${timedOutMs} ms`);
@@ -99,8 +104,8 @@ describe('etcd backend against an endpoint that accepts connections and never an
       const started = Date.now();
       await assert.rejects(within(locks.tryAcquire(request('silent', 'o')), 10_000, 'the try-lock'), (error: Error) => !/nothing after/.test(error.message));
       const failedMs = Date.now() - started;
-      // One call's deadline: 4.5 s.
-      assert.ok(failedMs < 4_500 + 1_000, `the session grant failed only after ${failedMs} ms`);
+      // One call's deadline: serverTimeoutMs, 5 s by default.
+      assert.ok(failedMs < 5_000 + 1_000, `the session grant failed only after ${failedMs} ms`);
       console.log(`unanswered session grant on a user's client: failed after ${failedMs} ms`);
     } finally {
       // Closing waits for the grant still on its way: a grant with no deadline would hang here.
