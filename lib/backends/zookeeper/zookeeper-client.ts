@@ -74,3 +74,19 @@ export function zkCode(error: unknown): number | undefined {
 export function zxidOf(buffer: Buffer): bigint {
   return buffer.readBigInt64BE(0);
 }
+
+/**
+ * Closes the client for good. node-zookeeper-client cannot finish a close while it is still
+ * (re)connecting, and would keep a socket (and the process) alive: its socket is destroyed
+ * until the client reports itself closed. This reaches into the client's ConnectionManager.
+ */
+export function closeClient(client: ZkClient): void {
+  client.close();
+  const manager = (client as unknown as { connectionManager?: { state: number; socket?: { destroy(): void } } }).connectionManager;
+  const CLOSED = -2;
+  const timer = setInterval(() => {
+    if (!manager || manager.state === CLOSED) return clearInterval(timer);
+    manager.socket?.destroy();
+  }, 500);
+  timer.unref();
+}
