@@ -106,6 +106,18 @@ describe('ZooKeeper unreachable: said as unreachable, by serverTimeoutMs', { tim
     await bothEndUnreachable(backend, t, 'black-holed');
   });
 
+  it('connection black-holed while a lock is held: its renewal and its release end by serverTimeoutMs', async (t) => {
+    const proxy = await ZooKeeperFaultProxy.start(zookeeper.port);
+    proxies.push(proxy);
+    const backend = backendAt(proxy.connectionString);
+    const held = await lockServiceOver(backend).acquire('held-when-cut');
+    proxy.blackHole();
+    const renewMs = await endsUnreachable(() => held.extend(), backend.address, 'renew');
+    // The handle's release never fails the caller (the lease runs out on its own); the backend's does, by the bound.
+    const releaseMs = await endsUnreachable(() => backend.release(held.lease.grant), backend.address, 'release');
+    t.diagnostic(`black-holed holder: extend() ended after ${renewMs.toFixed(0)} ms, release after ${releaseMs.toFixed(0)} ms`);
+  });
+
   it('a wait that ends before serverTimeoutMs on a silent server finds unreachable() set, so it is not blamed on a holder', async (t) => {
     const proxy = await ZooKeeperFaultProxy.start(zookeeper.port);
     proxies.push(proxy);
