@@ -65,7 +65,7 @@ export class ZooKeeperSessions {
       if (forMs < this.serverTimeoutMs * SILENT_SHARE) return undefined;
       return new Error(`connected, but no reply from the server for ${forMs} ms`);
     }
-    return new Error(`no ZooKeeper session connected for ${forMs} ms${this.everConnected ? '' : ' (never connected since startup)'}`);
+    return new Error(`no ZooKeeper session connected for ${forMs} ms${this.everConnected ? '' : ', none since startup'}`);
   }
 
   /** A connected session, waiting for one (bounded as `bounded` is). */

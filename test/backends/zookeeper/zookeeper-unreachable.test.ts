@@ -84,7 +84,28 @@ describe('ZooKeeper unreachable: said as unreachable, by serverTimeoutMs', { tim
     assert.match(warnings[0], /could not be reached within serverTimeoutMs \(1000 ms\) of startup/);
   });
 
+  it('a server that comes up after startup: calls fail clearly until then, and work once it is up', async () => {
+    mock.method(Logger.prototype, 'warn', () => undefined);
+    const info = mock.method(Logger.prototype, 'log', () => undefined);
+    const proxy = await ZooKeeperFaultProxy.start(zookeeper.port);
+    proxies.push(proxy);
+    // Refused: every connection is hung up on, as a server still starting would.
+    proxy.block();
+    const backend = backendAt(proxy.connectionString);
+    const service = lockServiceOver(backend);
+    await assert.rejects(service.tryAcquire('late-server'), LockServerUnreachableError);
+    proxy.unblock();
+    const lock = await service.acquire('late-server', { waitTimeoutMs: 5_000 });
+    assert.equal(backend.unreachable(), undefined);
+    await lock.release();
+    assert.ok(
+      info.mock.calls.some((call) => String(call.arguments[0]) === `ZooKeeper at ${backend.address} is reachable now.`),
+      'no "reachable now" after the startup warning',
+    );
+  });
+
   it('server paused (SIGSTOP: the port accepts, the handshake is never answered): calls end by serverTimeoutMs', async (t) => {
+    mock.method(Logger.prototype, 'warn', () => undefined);
     const paused = await startZooKeeperServer();
     paused.server.pause();
     try {
