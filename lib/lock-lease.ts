@@ -1,8 +1,9 @@
 import { Logger } from '@nestjs/common';
 import type { LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { deadlines, type Deadline } from './deadlines';
-import { LockLostError, type LockLostReason } from './errors';
+import { DistributedLockError, LockLostError, type LockLostReason } from './errors';
 import { assertTtl } from './lock-options';
+import { withinServerTimeout } from './server-timeout';
 
 /**
  * Local clocks and the server's drift apart, and a grant arrives a little after the server
@@ -72,6 +73,10 @@ export class LockLease {
   private timer?: Deadline;
   private released?: Promise<void>;
   private lostError?: LockLostError;
+  /** The error of the last renewal that could not reach the server; cleared by one that could. */
+  private renewFailure?: unknown;
+  /** Set by drain() at shutdown: renewals stop, and the lease ends with the holder or its deadline. */
+  private drained?: { promise: Promise<void>; resolve: () => void };
 
   constructor(
     private readonly backend: LockBackend,
@@ -81,6 +86,8 @@ export class LockLease {
     private ttlMs: number,
     private readonly renewIntervalMs: number | undefined,
     private readonly autoRenew: boolean,
+    /** How long a renewal or release may wait for the server (the module's serverTimeoutMs). */
+    private readonly serverTimeoutMs: number,
     /** Told once, after the backend release, so the owner can stop tracking this lease. */
     private readonly onReleased: (lease: LockLease) => void,
   ) {
@@ -134,11 +141,33 @@ export class LockLease {
     return this.released;
   }
 
+  /**
+   * Shutdown: no more renewals. Resolves once the holder has released the lock, or once the
+   * lease ran out (the holder is then told its lock was lost, and the lock is released).
+   */
+  drain(): Promise<void> {
+    if (this.released) return this.released;
+    if (this.lostError) return (this.released = this.releaseAtBackend());
+    if (!this.drained) {
+      let resolve!: () => void;
+      const promise = new Promise<void>((done) => (resolve = done));
+      this.drained = { promise, resolve };
+      this.renewAt = Infinity;
+      this.arm();
+    }
+    return this.drained.promise;
+  }
+
   async extend(ttlMs = this.ttlMs): Promise<void> {
     assertTtl('ttlMs', ttlMs);
     this.assertHeld();
     const started = performance.now();
-    if (!(await this.backend.renew(this.grant, ttlMs))) {
+    const stillOurs = await withinServerTimeout(this.backend.renew(this.grant, ttlMs), this.backend, `extend "${this.name}"`, this.serverTimeoutMs);
+    if (this.released) {
+      // Released while the renewal was on its way: the refusal says nothing about a loss.
+      throw new DistributedLockError(`Lock "${this.name}" was released while extend() was on its way; acquire it again.`);
+    }
+    if (!stillOurs) {
       this.markLost('renewal-refused');
       throw this.lostError!;
     }
@@ -154,9 +183,11 @@ export class LockLease {
     this.stop();
     this.lostError = new LockLostError(this.name, this.grant.fencingToken, reason, { cause });
     this.lostController.abort(this.lostError);
+    // Drained at shutdown: release now, once, and let shutdown go on when that is done.
+    if (this.drained) this.released = this.releaseAtBackend();
     // Our own deadline passed: give the lock up at the backend too (owner-checked), so the next
     // waiter does not wait for a server-side lease that outlives ours (etcd's session, a ZK node).
-    if (reason === 'lease-expired') this.backend.release(this.grant).catch(() => undefined);
+    else if (reason === 'lease-expired' || reason === 'server-unreachable') this.backend.release(this.grant).catch(() => undefined);
   }
 
   private assertHeld(): void {
@@ -170,7 +201,8 @@ export class LockLease {
 
   private arm(): void {
     deadlines.cancel(this.timer);
-    this.timer = deadlines.add(Math.min(this.renewAt, this.deadline), this.onTimer);
+    // Kept alive while shutdown waits on this lease: the process must not exit under it.
+    this.timer = deadlines.add(Math.min(this.renewAt, this.deadline), this.onTimer, this.drained !== undefined);
   }
 
   private readonly onTimer = (): void => {
@@ -187,16 +219,22 @@ export class LockLease {
     // The ttl this renewal asks for: extend() may change this.ttlMs while it is on its way.
     const ttlMs = this.ttlMs;
     try {
-      const stillOurs = await this.backend.renew(this.grant, ttlMs);
+      const stillOurs = await withinServerTimeout(this.backend.renew(this.grant, ttlMs), this.backend, `renew "${this.name}"`, this.serverTimeoutMs);
       if (!this.isActive) return;
       if (!stillOurs) return this.markLost('renewal-refused');
+      if (this.renewFailure !== undefined) logger.log(`Renewing lock "${this.name}" works again.`);
+      this.renewFailure = undefined;
       this.renewAt = performance.now() + this.interval();
       this.confirm(started, ttlMs);
     } catch (error) {
-      // Could not tell: keep trying until the lease last confirmed runs out.
-      logger.warn(`Renewing lock "${this.name}" failed, retrying: ${(error as Error).message}`);
+      // Could not tell: keep trying until the lease last confirmed runs out. Warned once per outage.
+      if (this.renewFailure === undefined) {
+        const leftMs = Math.max(0, Math.round(this.deadline - performance.now()));
+        logger.warn(`Renewing lock "${this.name}" failed; retrying until its lease ends in ${leftMs} ms: ${(error as Error).message}`);
+      }
+      this.renewFailure = error;
       if (!this.isActive) return;
-      this.renewAt = performance.now() + Math.max(this.interval() / 3, 10);
+      this.renewAt = drainedOr(this.drained, performance.now() + Math.max(this.interval() / 3, 10));
       this.arm();
     }
   }
@@ -213,7 +251,9 @@ export class LockLease {
 
   private checkDeadline(): void {
     if (this.released === undefined && this.lostError === undefined && performance.now() >= this.deadline) {
-      this.markLost('lease-expired');
+      if (this.drained) this.markLost('backend-closed');
+      else if (this.renewFailure !== undefined) this.markLost('server-unreachable', this.renewFailure);
+      else this.markLost('lease-expired');
     }
   }
 
@@ -222,6 +262,10 @@ export class LockLease {
     stopListening(this, this.grant.lost);
   }
 
+  /**
+   * Never keeps the caller past the lease: it waits for the server at most until the lease's
+   * local deadline (and serverTimeoutMs), then lets the release finish in the background.
+   */
   private async releaseAtBackend(): Promise<void> {
     this.checkDeadline();
     const validForMs = this.lostError ? undefined : this.deadline - performance.now();
@@ -232,13 +276,32 @@ export class LockLease {
       released = Promise.reject(error);
     }
     this.stop(); // once the release is on its way: it need not wait for this
-    try {
-      await released;
-    } catch (error) {
+    const settled = released.then(
+      () => undefined,
       // The lease runs out on its own; failing the caller's finished work would mislead it.
-      logger.warn(`Releasing lock "${this.name}" failed; it expires with its lease: ${(error as Error).message}`);
-    } finally {
+      (error) => logger.warn(`Releasing lock "${this.name}" failed; it expires with its lease: ${(error as Error).message}`),
+    );
+    void settled.finally(() => {
       this.onReleased(this);
-    }
+      this.drained?.resolve();
+    });
+    const waitMs = Math.min(validForMs ?? 0, this.serverTimeoutMs);
+    if (waitMs > 0) await untilSettledOr(settled, waitMs);
   }
+}
+
+/** At shutdown no renewal is due any more. */
+function drainedOr(drained: unknown, at: number): number {
+  return drained ? Infinity : at;
+}
+
+/** Resolves when `settled` does or after `ms`, whichever is first. */
+function untilSettledOr(settled: Promise<void>, ms: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const timer = deadlines.add(performance.now() + ms, resolve, true);
+    void settled.then(() => {
+      deadlines.cancel(timer);
+      resolve();
+    });
+  });
 }

@@ -1,9 +1,10 @@
-import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, type OnApplicationBootstrap, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import { LOCK_BACKEND } from './backends/lock-backend.token';
 import type { AcquireRequest, LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { deadlines, type Deadline } from './deadlines';
-import { DistributedLockError, LockBackendError, LockTimeoutError } from './errors';
+import { DistributedLockError, LockBackendError, LockServerUnreachableError, LockTimeoutError } from './errors';
+import { withinServerTimeout } from './server-timeout';
 import { lockContext, LockScope } from './lock-context';
 import { LockHandle } from './lock-handle';
 import { assertLockName, toBackendKey } from './lock-key';
@@ -23,9 +24,13 @@ import { RESOLVED_LOCK_OPTIONS } from './lock-options.token';
  * already holds is entered again with no backend call, and only the outermost exit releases.
  */
 @Injectable()
-export class LockService implements OnModuleInit, OnApplicationShutdown {
-  /** Services of the applications still running, oldest first; @WithLock uses the newest. */
+export class LockService implements OnModuleInit, OnApplicationBootstrap, OnApplicationShutdown {
+  /**
+   * Services of the applications still running, oldest first; @WithLock uses the newest that
+   * finished booting, and one still booting only when none has (see forDecorator).
+   */
   private static readonly running: LockService[] = [];
+  private booted = false;
   /** 96 random bits: unique across processes, and short, since every lock request carries it. */
   private readonly ownerPrefix = `${randomBytes(12).toString('base64url')}:`;
   private ownerSeq = 0;
@@ -49,9 +54,30 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
     LockService.running.push(this);
   }
 
-  /** @internal The service behind @WithLock, or a clear error when the module was never imported. */
+  /** Booted: from now on @WithLock prefers this service to any whose boot may have failed. */
+  onApplicationBootstrap(): void {
+    this.booted = true;
+  }
+
+  private static unregister(service: LockService): void {
+    const index = LockService.running.indexOf(service);
+    if (index !== -1) LockService.running.splice(index, 1);
+  }
+
+  /**
+   * @internal The service behind @WithLock, or a clear error when the module was never imported.
+   * An application whose boot failed after this module's init never closes, so its service stays
+   * listed: one that finished booting wins over it.
+   */
   static forDecorator(method: string): LockService {
-    const service = LockService.running[LockService.running.length - 1];
+    const running = LockService.running;
+    let service = running[running.length - 1];
+    for (let i = running.length - 1; i >= 0; i--) {
+      if (running[i].booted) {
+        service = running[i];
+        break;
+      }
+    }
     if (!service) {
       throw new DistributedLockError(
         `@WithLock on ${method} ran, but no LockService exists: import DistributedLockModule.forRoot() ` +
@@ -101,21 +127,19 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
   }
 
   /**
-   * Locks still held at shutdown are reported lost (their critical sections may still be running)
-   * and released at the server, so other processes need not wait for the leases to run out.
+   * Shutdown takes no new locks and abandons waits, then gives each lock still held until its
+   * lease ends to be released by its holder (renewal stops; a holder still running then is told
+   * its lock was lost). Each lock is released once, at the server, so other processes need not
+   * wait for a lease to run out. A `custom` backend is the caller's to close; the others close here.
    */
   async onApplicationShutdown(): Promise<void> {
     this.shuttingDown = true;
-    // Waits first: a waiter woken by one of the releases below would get a lock lost at once.
+    // Waits first: a waiter woken by one of the releases below would get a lock about to go.
     const abandoned = new DistributedLockError('The application is shutting down: the wait for the lock was abandoned.');
     for (const request of [...this.waits]) request.stop(abandoned);
-    const held = [...this.leases];
-    this.leases.clear();
-    for (const lease of held) lease.markLost('backend-closed');
-    await Promise.all(held.map((lease) => this.backend.release(lease.grant).catch(() => undefined)));
-    const running = LockService.running.indexOf(this);
-    if (running !== -1) LockService.running.splice(running, 1);
-    await this.backend.close();
+    await Promise.all([...this.leases].map((lease) => lease.drain()));
+    LockService.unregister(this);
+    if (this.options.backend.type !== 'custom') await this.backend.close();
   }
 
   private backendKey(name: string): string {
@@ -155,10 +179,10 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
         granted = Promise.reject(error);
       }
       // Set up while the request is on its way to the server: nothing here is needed before it answers.
-      request.startClock(name, started, options.waitTimeoutMs, signal);
+      request.startClock(name, started, options.waitTimeoutMs, signal, this.backend);
       this.waits.add(request);
       try {
-        grant = await granted;
+        grant = await request.bound(granted, this.releaseLate);
       } catch (error) {
         // A timeout or the caller's abort reaches us as the signal's own reason: pass it through.
         throw request.stoppedWith(error) ? error : this.wrap('acquire', error);
@@ -178,11 +202,25 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
     if (this.shuttingDown) throw new DistributedLockError('The application is shutting down: no new locks are taken.');
   }
 
-  private tryGrant(key: string, ttlMs: number): Promise<LockGrant | null> {
-    return this.backend.tryAcquire({ key, owner: this.nextOwner(), ttlMs }).catch((error) => {
+  /** One round trip, bounded by serverTimeoutMs whatever the server does; a late grant is given back. */
+  private async tryGrant(key: string, ttlMs: number): Promise<LockGrant | null> {
+    let taken: Promise<LockGrant | null>;
+    try {
+      taken = this.backend.tryAcquire({ key, owner: this.nextOwner(), ttlMs });
+    } catch (error) {
+      taken = Promise.reject(error);
+    }
+    try {
+      return await withinServerTimeout(taken, this.backend, 'try to acquire', this.options.serverTimeoutMs, (grant) => grant && this.releaseLate(grant));
+    } catch (error) {
       throw this.wrap('try to acquire', error);
-    });
+    }
   }
+
+  /** A grant that arrived after its caller stopped waiting goes straight back. */
+  private readonly releaseLate = (grant: LockGrant): void => {
+    this.backend.release(grant).catch(() => undefined);
+  };
 
   private reenter(key: string): LockHandle | undefined {
     const held = lockContext.getStore()?.find(this, key);
@@ -193,11 +231,12 @@ export class LockService implements OnModuleInit, OnApplicationShutdown {
 
   /** Wraps client errors once, at the boundary; the library's own errors pass through. */
   private wrap(operation: string, error: unknown): Error {
-    return error instanceof DistributedLockError ? error : new LockBackendError(this.backend.name, operation, error);
+    return error instanceof DistributedLockError ? error : new LockBackendError(this.backend.name, operation, error, this.backend.address);
   }
 
   private track(grant: LockGrant, name: string, options: ResolvedLockOptions): LockLease {
-    const lease = new LockLease(this.backend, grant, name, options.ttlMs, options.renewIntervalMs, options.renew, this.forget);
+    const { ttlMs, renewIntervalMs, renew } = options;
+    const lease = new LockLease(this.backend, grant, name, ttlMs, renewIntervalMs, renew, this.options.serverTimeoutMs, this.forget);
     this.leases.add(lease);
     return lease;
   }
@@ -217,6 +256,8 @@ class WaitRequest implements AcquireRequest {
   private timer?: Deadline;
   private callerSignal?: AbortSignal;
   private onCallerAbort?: () => void;
+  private onStop?: (reason: unknown) => void;
+  private stopped?: { reason: unknown };
 
   constructor(
     readonly key: string,
@@ -224,11 +265,26 @@ class WaitRequest implements AcquireRequest {
     readonly ttlMs: number,
   ) {}
 
-  /** Ends the wait `waitTimeoutMs` after `started`, or when the caller's signal aborts. */
-  startClock(name: string, started: number, waitTimeoutMs: number, callerSignal: AbortSignal | undefined): void {
+  /**
+   * Ends the wait `waitTimeoutMs` after `started`, or when the caller's signal aborts. A wait
+   * that ends while the server cannot be reached says so, rather than blaming a holder.
+   */
+  startClock(name: string, started: number, waitTimeoutMs: number, callerSignal: AbortSignal | undefined, backend: LockBackend): void {
     if (waitTimeoutMs !== Infinity) {
       // Kept alive for: a process waiting for a lock is not done.
-      this.timer = deadlines.add(started + waitTimeoutMs, () => this.stop(new LockTimeoutError(name, Math.round(performance.now() - started))), true);
+      this.timer = deadlines.add(
+        started + waitTimeoutMs,
+        () => {
+          const waitedMs = Math.round(performance.now() - started);
+          const down = backend.unreachable?.();
+          this.stop(
+            down
+              ? new LockServerUnreachableError(backend.name, `acquire "${name}"`, backend.address ?? backend.name, waitedMs, down)
+              : new LockTimeoutError(name, waitedMs),
+          );
+        },
+        true,
+      );
     }
     if (callerSignal) {
       this.callerSignal = callerSignal;
@@ -246,13 +302,46 @@ class WaitRequest implements AcquireRequest {
     return (this.controller ??= new AbortController()).signal;
   }
 
-  /** Ends the wait: the backend rejects with `reason`. */
+  /**
+   * `granted`, or the stop reason as soon as the wait is stopped, even if the backend has not
+   * answered yet (a server that is paused or black-holed): the caller's deadline holds whatever
+   * the backend does. A grant that arrives after that goes to `late`. No AbortSignal is made
+   * for this: most grants come before any stop.
+   */
+  bound(granted: Promise<LockGrant>, late: (grant: LockGrant) => void): Promise<LockGrant> {
+    return new Promise<LockGrant>((resolve, reject) => {
+      let settled = false;
+      this.onStop = (reason) => {
+        if (settled) return;
+        settled = true;
+        reject(reason);
+        granted.then(late, () => undefined);
+      };
+      granted.then(
+        (grant) => {
+          if (settled) return; // stopped first: onStop handed it to `late`
+          settled = true;
+          resolve(grant);
+        },
+        (error) => {
+          if (settled) return;
+          settled = true;
+          reject(error);
+        },
+      );
+    });
+  }
+
+  /** Ends the wait: the backend is told through the signal, the caller at once with `reason`. */
   stop(reason: unknown): void {
+    if (this.stopped) return;
+    this.stopped = { reason };
     (this.controller ??= new AbortController()).abort(reason);
+    this.onStop?.(reason);
   }
 
   /** `error` is the reason this request was stopped with (not a backend failure). */
   stoppedWith(error: unknown): boolean {
-    return this.controller?.signal.aborted === true && this.controller.signal.reason === error;
+    return this.stopped !== undefined && this.stopped.reason === error;
   }
 }

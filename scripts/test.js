@@ -1,9 +1,11 @@
 #!/usr/bin/env node
 // The whole test suite: make sure the test servers are installed, compile, run every test file
-// with node's own test runner. `node scripts/test.js <substring>` runs only matching files.
+// with node's own test runner, one file at a time, and end with one summary line.
+// `node scripts/test.js <substring>` runs only the files whose path contains it.
 'use strict';
 const { spawnSync } = require('node:child_process');
-const { readdirSync, rmSync, statSync } = require('node:fs');
+const { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } = require('node:fs');
+const os = require('node:os');
 const path = require('node:path');
 
 const root = path.resolve(__dirname, '..');
@@ -25,18 +27,65 @@ if (files.length === 0) {
   console.error(`no test files${filter ? ` matching "${filter}"` : ''} under dist/test`);
   process.exit(1);
 }
+
 // One file at a time: the fault tests kill, pause and restart servers and measure time bounds,
-// and the machine has two cores. A test that hangs fails after TEST_TIMEOUT_MS instead of
-// holding the run until CI's own limit.
+// and the machine has two cores. A test that hangs fails after TEST_TIMEOUT_MS; a file that
+// hangs outside any test is stopped after FILE_TIMEOUT_MS (its servers die with it).
 const TEST_TIMEOUT_MS = 120_000;
-const result = spawnSync(
-  process.execPath,
-  ['--test', '--test-concurrency=1', `--test-timeout=${TEST_TIMEOUT_MS}`, '--test-force-exit', '--test-reporter=spec', ...files],
-  // The whole run's own bound, well inside CI's 90 minutes (it takes about 2 minutes).
-  { stdio: 'inherit', cwd: root, timeout: 30 * 60_000, killSignal: 'SIGKILL' },
-);
-if (result.error) console.error(`test run stopped: ${result.error.message}`);
-process.exit(result.status ?? 1);
+const FILE_TIMEOUT_MS = 240_000;
+const BACKENDS = ['memory', 'redis', 'etcd', 'zookeeper', 'postgres', 'redlock'];
+const totals = { passed: 0, failed: 0, skipped: 0 };
+const failedFiles = [];
+const scratch = mkdtempSync(path.join(os.tmpdir(), 'lock-tests-'));
+const started = Date.now();
+
+files.forEach((file, index) => {
+  const relative = path.relative(testRoot, file);
+  const area = BACKENDS.find((backend) => relative.includes(backend)) ?? relative.split(path.sep)[0];
+  console.log(`\n── file ${index + 1} of ${files.length} · ${area} · ${relative}`);
+  const countsFile = path.join(scratch, `${index}.counts`);
+  const run = spawnSync(
+    process.execPath,
+    [
+      '--test',
+      `--test-timeout=${TEST_TIMEOUT_MS}`,
+      '--test-force-exit',
+      '--test-reporter=spec',
+      '--test-reporter-destination=stdout',
+      `--test-reporter=${path.join(__dirname, 'count-reporter.mjs')}`,
+      '--test-reporter-destination=stdout',
+      file,
+    ],
+    { stdio: 'inherit', cwd: root, timeout: FILE_TIMEOUT_MS, killSignal: 'SIGTERM', env: { ...process.env, TEST_COUNTS_FILE: countsFile } },
+  );
+  const counts = countsOf(countsFile);
+  for (const outcome of Object.keys(totals)) totals[outcome] += counts[outcome];
+  if (run.status !== 0 || counts.failed > 0) {
+    const why = run.error ? `stopped: ${run.error.message}` : run.signal ? `killed by ${run.signal}` : `exit ${run.status}`;
+    failedFiles.push(`${relative} (${why})`);
+    // A file that died before reporting a failed test still counts as one failure.
+    if (counts.failed === 0) totals.failed++;
+  }
+});
+rmSync(scratch, { recursive: true, force: true });
+
+console.log(`\n${files.length} test files in ${Math.round((Date.now() - started) / 1000)} s`);
+for (const failed of failedFiles) console.log(`failed: ${failed}`);
+console.log(`${totals.passed} passed, ${totals.failed} failed, ${totals.skipped} skipped`);
+process.exit(failedFiles.length === 0 ? 0 : 1);
+
+/** The file's outcomes, one line per finished test (see count-reporter.mjs). */
+function countsOf(countsFile) {
+  const counts = { passed: 0, failed: 0, skipped: 0 };
+  let text = '';
+  try {
+    text = readFileSync(countsFile, 'utf8');
+  } catch {
+    return counts;
+  }
+  for (const outcome of text.split('\n')) if (outcome in counts) counts[outcome]++;
+  return counts;
+}
 
 function findTests(dir) {
   return readdirSync(dir)

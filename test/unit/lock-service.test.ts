@@ -2,6 +2,7 @@ import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { currentLock, DistributedLockError, LockKeyError, LockLostError, LockTimeoutError, MemoryLockBackend, MemoryLockStore, WithLock, type LockGrant } from '../../lib';
+import { countingBackend } from '../support/counting-backend';
 import { lockServiceOver } from '../support/lock-service-factory';
 import { overriddenBackend } from '../support/overridden-backend';
 import { abortedWithin, sleep } from '../support/timing';
@@ -19,7 +20,7 @@ describe('LockService and its leases', () => {
     await lock.release();
   });
 
-  it("keeps retrying renewals that fail to answer, and fires 'lease-expired' at the deadline it last confirmed", async () => {
+  it("keeps retrying renewals that fail to answer, and fires 'server-unreachable' at the deadline it last confirmed", async () => {
     let renewals = 0;
     const service = lockServiceOver(
       overriddenBackend(() => ({
@@ -34,7 +35,11 @@ describe('LockService and its leases', () => {
     await abortedWithin(lock.signal, 1_500);
     const lostAfterMs = Date.now() - acquiredAt;
     assert.ok(lostAfterMs >= 550 && lostAfterMs <= 1_000, `lost after ${lostAfterMs} ms, not at the 600 ms lease's end`);
-    assert.equal((lock.signal.reason as LockLostError).reason, 'lease-expired');
+    const lost = lock.signal.reason as LockLostError;
+    assert.equal(lost.reason, 'server-unreachable');
+    assert.match(lost.message, /could not be reached/);
+    assert.doesNotMatch(lost.message, /Raise ttlMs/, 'a server that cannot be reached is not fixed by a longer lease');
+    assert.match(lost.message, /connection refused/, 'the renewal error is kept');
     assert.ok(renewals >= 2, `only ${renewals} renewal attempts before the lease ran out`);
     await lock.release();
   });
@@ -120,22 +125,39 @@ describe('LockService and its leases', () => {
     await assert.rejects(Jobs.run(undefined), (error: unknown) => error instanceof LockKeyError && error.method === 'Jobs.run');
   });
 
-  it('on shutdown abandons its own waiters before releasing its locks, so none is granted a lock about to go', async () => {
-    const service = lockServiceOver(new MemoryLockBackend());
+  it('on shutdown abandons its own waiters first, then waits for its holders to release, once each', async () => {
+    const { backend, calls } = countingBackend(new MemoryLockBackend());
+    const service = lockServiceOver(backend);
     const held = await Promise.all([service.acquire('one'), service.acquire('two')]);
     let granted = 0;
-    const waiters = ['one', 'one', 'two'].map((name) => service.acquire(name).then(() => granted++));
+    const waiters = Promise.allSettled(['one', 'one', 'two'].map((name) => service.acquire(name).then(() => granted++)));
     await sleep(20);
-    await service.onApplicationShutdown();
-    for (const outcome of await Promise.allSettled(waiters)) {
+    let shutDown = false;
+    const shutdown = service.onApplicationShutdown().then(() => (shutDown = true));
+    for (const outcome of await waiters) {
       assert.equal(outcome.status, 'rejected');
       assert.ok((outcome as PromiseRejectedResult).reason instanceof DistributedLockError);
       assert.match(String((outcome as PromiseRejectedResult).reason), /shutting down/);
     }
-    assert.equal(granted, 0);
-    assert.ok(held.every((lock) => lock.signal.aborted));
     await assert.rejects(service.acquire('three'), /shutting down/);
     await assert.rejects(service.tryAcquire('three'), /shutting down/);
+    await sleep(20);
+    assert.equal(shutDown, false, 'shutdown waits for the holders still running');
+    assert.ok(held.every((lock) => lock.isHeld), 'a holder still running keeps its lock until its lease ends');
+    await Promise.all(held.map((lock) => lock.release()));
+    await shutdown;
+    assert.equal(granted, 0);
+    assert.equal(calls.release, 2, 'each lock is released once');
+  });
+
+  it('on shutdown tells a holder that outlives its lease that its lock was lost, and releases it', async () => {
+    const service = lockServiceOver(new MemoryLockBackend());
+    const lock = await service.acquire('long-job', { ttlMs: 300 });
+    const started = performance.now();
+    await service.onApplicationShutdown();
+    const tookMs = performance.now() - started;
+    assert.ok(tookMs < 300 + 200, `shutdown took ${Math.round(tookMs)} ms, bound: the 300 ms lease + 200`);
+    assert.equal((lock.signal.reason as LockLostError).reason, 'backend-closed');
   });
 
   it('closing the memory backend fires the lost signal of every lock it holds', async () => {
