@@ -74,3 +74,41 @@ export function zkCode(error: unknown): number | undefined {
 export function zxidOf(buffer: Buffer): bigint {
   return buffer.readBigInt64BE(0);
 }
+
+/** The parts of node-zookeeper-client's ConnectionManager that closeClient reaches into. */
+interface ConnectionManagerInternals {
+  state: number;
+  socket?: { destroy(): void };
+  onSocketData(buffer: Buffer): void;
+  onSocketConnected(): void;
+}
+
+/** ConnectionManager.STATES. */
+const MANAGER_STATE = { CONNECTED: 2, CONNECTED_READ_ONLY: 3, CLOSED: -2 } as const;
+
+/**
+ * Closes the client for good. node-zookeeper-client cannot finish a close while it is still
+ * (re)connecting: it would keep a socket (and the process) alive, and a handshake answered after
+ * the close is read as a reply, which throws out of its socket handler (an uncaught exception).
+ * So a client not connected has its socket cut at once and anything it still hears ignored;
+ * any socket is destroyed until the client reports itself closed. This reaches into the
+ * client's ConnectionManager.
+ */
+export function closeClient(client: ZkClient): void {
+  const manager = (client as unknown as { connectionManager?: ConnectionManagerInternals }).connectionManager;
+  const established = manager?.state === MANAGER_STATE.CONNECTED || manager?.state === MANAGER_STATE.CONNECTED_READ_ONLY;
+  if (manager && !established) {
+    // Sockets bind these when they are made: a reconnection already on its way gets them too.
+    manager.onSocketData = () => undefined;
+    manager.onSocketConnected = function (this: ConnectionManagerInternals) {
+      this.socket?.destroy();
+    };
+  }
+  client.close();
+  if (manager && !established) manager.socket?.destroy();
+  const timer = setInterval(() => {
+    if (!manager || manager.state === MANAGER_STATE.CLOSED) return clearInterval(timer);
+    manager.socket?.destroy();
+  }, 500);
+  timer.unref();
+}

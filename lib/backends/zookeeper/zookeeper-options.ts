@@ -1,4 +1,7 @@
 import { LockConfigError } from '../../errors';
+import { MAX_TIMER_MS } from '../../lock-defaults';
+import { assertMilliseconds } from '../../option-checks';
+import { allowOnlyFields } from '../option-checks';
 import { invalidPathReason } from './zookeeper-paths';
 
 /** A ZooKeeper permission, as in `setAcl`: r, w, c, d, a. */
@@ -15,12 +18,16 @@ export interface ZooKeeperAclEntry {
 
 export interface ZooKeeperBackendOptions {
   type: 'zookeeper';
-  /** `host:port[,host:port...][/chroot]`, as every ZooKeeper client takes it; hosts are names or IPv4 (no `[IPv6]` literal). */
+  /**
+   * `host[:port][,host[:port]...][/chroot]`, as node-zookeeper-client takes it (port 2181 when
+   * omitted); hosts are names or IPv4 (no `[IPv6]` literal).
+   */
   connectionString: string;
   /**
-   * Session timeout asked of the server, default 10000. The server clamps it to its
-   * [minSessionTimeout, maxSessionTimeout] (default 2 to 20 ticks: 4 s to 40 s); the backend
-   * uses the negotiated value. A killed holder's lock is freed this long after it died.
+   * Session timeout asked of the server. Default: the module's `ttlMs`, so that a crashed
+   * holder's lock is freed within it (a node lives as long as its session). The server clamps it
+   * to its [minSessionTimeout, maxSessionTimeout] (default 2 to 20 ticks: 4 s to 40 s); the
+   * backend uses the negotiated value and logs a warning when it is longer than asked.
    */
   sessionTimeoutMs?: number;
   /** Credentials added to every session before it connects. Default none. */
@@ -33,48 +40,39 @@ export interface ZooKeeperBackendOptions {
 
 export interface ResolvedZooKeeperOptions {
   readonly connectionString: string;
-  readonly sessionTimeoutMs: number;
+  /** The servers as errors name them: 'host:port,host:port' (the chroot and nothing secret). */
+  readonly address: string;
+  /** Undefined: follow the module's ttlMs (see createZooKeeperBackend). */
+  readonly sessionTimeoutMs: number | undefined;
   readonly auth: readonly { scheme: 'digest'; credentials: string }[];
   readonly acl: readonly ZooKeeperAclEntry[];
   readonly rootPath: string;
 }
 
-export const DEFAULT_ZOOKEEPER_SESSION_TIMEOUT_MS = 10_000;
 export const DEFAULT_ZOOKEEPER_ROOT_PATH = '/distributed-lock';
+const DEFAULT_PORT = 2181;
+const FIELDS = ['connectionString', 'sessionTimeoutMs', 'auth', 'acl', 'rootPath'];
 const OPEN_ACL: ZooKeeperAclEntry[] = [{ scheme: 'world', id: 'anyone', permissions: 'all' }];
 const PERMISSIONS: readonly ZooKeeperPermission[] = ['read', 'write', 'create', 'delete', 'admin'];
 const ACL_SCHEMES = ['world', 'auth', 'digest', 'ip'];
 /**
- * host:port pairs, then an optional chroot; hosts are names or IPv4 addresses. node-zookeeper-client
- * splits each pair at every ':' ('[::1]:2181' gives host '[' and no port), so an IPv6 literal
- * cannot be given; a host name that resolves to it can.
+ * One server of the connection string. node-zookeeper-client splits each at every ':' ('[::1]:2181'
+ * gives host '[' and no port), so an IPv6 literal cannot be given; a host name that resolves to it can.
  */
-const CONNECTION_STRING = /^[A-Za-z0-9._-]+:\d{1,5}(?:,[A-Za-z0-9._-]+:\d{1,5})*(\/.*)?$/;
+const SERVER = /^([A-Za-z0-9._-]+)(?::(\d{1,5}))?$/;
 
 /** Checks everything a typo could break, before the client library is even loaded. */
 export function resolveZooKeeperOptions(options: ZooKeeperBackendOptions): ResolvedZooKeeperOptions {
-  const { connectionString, sessionTimeoutMs = DEFAULT_ZOOKEEPER_SESSION_TIMEOUT_MS, auth = [], acl = OPEN_ACL } = options;
+  allowOnlyFields('zookeeper', options, FIELDS);
+  const { connectionString, sessionTimeoutMs, auth = [], acl = OPEN_ACL } = options;
   const rootPath = options.rootPath ?? DEFAULT_ZOOKEEPER_ROOT_PATH;
-  if (typeof connectionString === 'string' && connectionString.split('/', 1)[0].includes('[')) {
-    throw new LockConfigError(
-      'backend.connectionString',
-      `node-zookeeper-client cannot connect to an IPv6 literal (it splits "host:port" at every ':'): ` +
-        `use a host name that resolves to the address, got ${JSON.stringify(connectionString)}.`,
-    );
-  }
-  const connection = typeof connectionString === 'string' ? CONNECTION_STRING.exec(connectionString) : null;
-  if (!connection) {
-    throw new LockConfigError(
-      'backend.connectionString',
-      `must be "host:port[,host:port...][/chroot]", e.g. "127.0.0.1:2181", got ${JSON.stringify(connectionString)}.`,
-    );
-  }
-  const chrootProblem = connection[1] && connection[1] !== '/' ? invalidPathReason(connection[1]) : undefined;
-  if (chrootProblem) throw new LockConfigError('backend.connectionString', `the chroot ${JSON.stringify(connection[1])} ${chrootProblem}.`);
-  if (!Number.isInteger(sessionTimeoutMs) || sessionTimeoutMs < 100 || sessionTimeoutMs > 2 ** 31 - 1) {
-    throw new LockConfigError(
+  const address = serversOf(connectionString);
+  if (sessionTimeoutMs !== undefined) {
+    assertMilliseconds(
       'backend.sessionTimeoutMs',
-      `must be a whole number of milliseconds, at least 100, got ${String(sessionTimeoutMs)}.`,
+      sessionTimeoutMs,
+      (ms) => Number.isInteger(ms) && ms >= 100 && ms <= MAX_TIMER_MS,
+      'a whole number of milliseconds, at least 100',
     );
   }
   if (!Array.isArray(auth) || !auth.every((entry) => entry?.scheme === 'digest' && /^[^:]+:.*$/s.test(String(entry.credentials)))) {
@@ -96,7 +94,34 @@ export function resolveZooKeeperOptions(options: ZooKeeperBackendOptions): Resol
   if (rootPath === '/zookeeper' || rootPath.startsWith('/zookeeper/')) {
     throw new LockConfigError('backend.rootPath', '/zookeeper is reserved by the server.');
   }
-  return { connectionString, sessionTimeoutMs, auth, acl, rootPath };
+  return { connectionString, address, sessionTimeoutMs, auth, acl, rootPath };
+}
+
+/**
+ * The connection string's servers as 'host:port,...', checked as node-zookeeper-client reads it:
+ * the servers up to the first '/', empty entries skipped, the port 2181 when omitted; the rest
+ * is the chroot ('/' alone or at the end: none).
+ */
+function serversOf(connectionString: unknown): string {
+  const expected = `must be "host[:port][,host[:port]...][/chroot]", e.g. "127.0.0.1:2181", got ${JSON.stringify(connectionString)}.`;
+  if (typeof connectionString !== 'string') throw new LockConfigError('backend.connectionString', expected);
+  const slash = connectionString.indexOf('/');
+  const servers = (slash === -1 ? connectionString : connectionString.slice(0, slash)).split(',').filter((entry) => entry !== '');
+  if (servers.some((server) => server.includes('['))) {
+    throw new LockConfigError(
+      'backend.connectionString',
+      `node-zookeeper-client cannot connect to an IPv6 literal (it splits "host:port" at every ':'): ` +
+        `use a host name that resolves to the address, got ${JSON.stringify(connectionString)}.`,
+    );
+  }
+  const parsed = servers.map((server) => SERVER.exec(server));
+  if (parsed.length === 0 || parsed.some((match) => !match || (match[2] !== undefined && !(Number(match[2]) >= 1 && Number(match[2]) <= 65_535)))) {
+    throw new LockConfigError('backend.connectionString', expected);
+  }
+  const chroot = slash === -1 || slash === connectionString.length - 1 ? undefined : connectionString.slice(slash);
+  const chrootProblem = chroot === undefined ? undefined : invalidPathReason(chroot);
+  if (chrootProblem) throw new LockConfigError('backend.connectionString', `the chroot ${JSON.stringify(chroot)} ${chrootProblem}.`);
+  return parsed.map((match) => `${match![1]}:${match![2] ?? DEFAULT_PORT}`).join(',');
 }
 
 function isAclEntry(entry: ZooKeeperAclEntry): boolean {

@@ -1,7 +1,7 @@
 import { deadlines, type Deadline } from '../../deadlines';
 import { DistributedLockError, LockBackendError } from '../../errors';
 import { driftAllowanceMs } from '../../lock-lease';
-import { ZkCode, zkCode, type ZkAcl, type ZkClient, type ZkError, type ZkModule, type ZkStat, type ZkWatcher } from './zookeeper-client';
+import { closeClient, ZkCode, zkCode, type ZkAcl, type ZkClient, type ZkError, type ZkModule, type ZkStat, type ZkWatcher } from './zookeeper-client';
 import { permissionMask, type ResolvedZooKeeperOptions } from './zookeeper-options';
 import { OneShot } from './one-shot';
 import { NodeWatches } from './zookeeper-watches';
@@ -12,6 +12,9 @@ import { NodeWatches } from './zookeeper-watches';
  * loop before a healthy session would be taken for dead.
  */
 const HEARTBEATS_PER_TIMEOUT = 6;
+
+/** What one session is opened with: the backend's options, the session timeout settled. */
+export type ZooKeeperSessionOptions = Omit<ResolvedZooKeeperOptions, 'sessionTimeoutMs'> & { readonly sessionTimeoutMs: number };
 
 /**
  * The session is gone, or may be: every lock node of it is (or will soon be) deleted by the
@@ -34,7 +37,8 @@ export class ZooKeeperSession {
   readonly connected: Promise<void>;
   private readonly acl: ZkAcl[];
   private readonly client: ZkClient;
-  private readonly pending = new Set<(reason: Error) => void>();
+  /** Calls awaiting a reply, oldest first, with when each was sent. */
+  private readonly pending = new Map<(reason: Error) => void, number>();
   private readonly death = new OneShot();
   private readonly watches = new NodeWatches();
   private negotiatedTimeoutMs: number;
@@ -44,6 +48,12 @@ export class ZooKeeperSession {
    * touched the session after that, so it cannot expire it before `lastContactAt + timeoutMs`.
    */
   private lastContactAt = 0;
+  /** When a reply last arrived: with replies owed and none since, the server is silent. */
+  private lastHeardAt = 0;
+  /** Since when no connection is up (the client connecting, or reconnecting); undefined while one is. */
+  private downSince: number | undefined;
+  /** What unreachableSince() said when the session died of silence or no connection; undefined otherwise. */
+  private unreachableAtDeath: number | undefined;
   private heartbeatInFlight = false;
   /** On the process's deadline scheduler, which never runs it before it is due. */
   private livenessTimer?: Deadline;
@@ -51,11 +61,19 @@ export class ZooKeeperSession {
   private connectTimer?: NodeJS.Timeout;
   private sessionId = '(connecting)';
 
+  /**
+   * `connectTimeoutMs`: a session not established by then is declared dead (node-zookeeper-client
+   * has no handshake timeout). `downSince`: since when the server has been unreachable, carried
+   * over from the session this one replaces.
+   */
   constructor(
     private readonly zk: ZkModule,
-    options: ResolvedZooKeeperOptions,
+    options: ZooKeeperSessionOptions,
+    connectTimeoutMs: number,
+    downSince = performance.now(),
   ) {
     this.negotiatedTimeoutMs = options.sessionTimeoutMs;
+    this.downSince = downSince;
     this.acl = options.acl.map((entry) => new zk.ACL(permissionMask(entry.permissions), new zk.Id(entry.scheme, entry.id)));
     // spinDelay: pause between rounds over the servers when none answers. The default (1 s) would
     // add up to a second to every reconnection; 100 ms still keeps a dead ensemble from being hammered.
@@ -64,6 +82,8 @@ export class ZooKeeperSession {
     this.connected = new Promise<void>((resolve, reject) => {
       this.client.on('connected', () => {
         if (this.death.reason) return;
+        this.downSince = undefined;
+        this.lastHeardAt = performance.now();
         if (this.connectTimer) this.onFirstConnect();
         resolve();
         this.heartbeat();
@@ -71,7 +91,10 @@ export class ZooKeeperSession {
       this.onDeath(reject);
     });
     this.connected.catch(() => undefined);
-    this.client.on('disconnected', () => this.disconnectionCount++);
+    this.client.on('disconnected', () => {
+      this.disconnectionCount++;
+      this.downSince ??= performance.now();
+    });
     this.client.on('expired', () => this.kill(new ZooKeeperSessionLostError(`ZooKeeper session ${this.sessionId} expired.`)));
     this.client.on('authenticationFailed', () =>
       this.kill(new LockBackendError('zookeeper', 'authenticate', new Error('the server refused the digest credentials (backend.auth)'))),
@@ -79,9 +102,10 @@ export class ZooKeeperSession {
     this.connectTimer = setTimeout(
       () =>
         this.kill(
-          new ZooKeeperSessionLostError(`Could not connect to ZooKeeper at ${options.connectionString} within ${this.negotiatedTimeoutMs} ms.`),
+          new ZooKeeperSessionLostError(`Could not connect to ZooKeeper at ${options.address} within ${connectTimeoutMs} ms.`),
+          true,
         ),
-      this.negotiatedTimeoutMs,
+      connectTimeoutMs,
     );
     this.connectTimer.unref();
     this.client.connect();
@@ -89,6 +113,28 @@ export class ZooKeeperSession {
 
   get alive(): boolean {
     return this.death.reason === undefined;
+  }
+
+  /** A connection is up (it may still be silent: see unreachableSince). */
+  get isConnected(): boolean {
+    return this.alive && this.downSince === undefined;
+  }
+
+  /**
+   * Since when (performance.now()) the server cannot be reached through this session: no
+   * connection up, or replies owed and nothing heard since; undefined while it can. A dead
+   * session keeps what it said when it died of that, so its successor can carry it on.
+   */
+  unreachableSince(): number | undefined {
+    if (!this.alive) return this.unreachableAtDeath;
+    if (this.downSince !== undefined) return this.downSince;
+    for (const sentAt of this.pending.values()) return Math.max(sentAt, this.lastHeardAt);
+    return undefined;
+  }
+
+  /** When the latest request the server answered was sent: the session was alive on the server after it. */
+  get lastContact(): number {
+    return this.lastContactAt;
   }
 
   /** The session timeout the server granted (the one asked for until the first connection). */
@@ -171,13 +217,17 @@ export class ZooKeeperSession {
     return stat.ephemeralOwner.toString('hex') === this.sessionId;
   }
 
-  /** Declares the session dead (idempotent): rejects every pending call, tells every listener, closes the client. */
-  kill(reason: Error): void {
+  /**
+   * Declares the session dead (idempotent): rejects every pending call, tells every listener,
+   * closes the client. `unreachable`: it died because the server could not be reached.
+   */
+  kill(reason: Error, unreachable = false): void {
     if (this.death.reason) return;
+    if (unreachable) this.unreachableAtDeath = this.unreachableSince() ?? performance.now();
     deadlines.cancel(this.livenessTimer);
     clearInterval(this.heartbeatTimer);
     clearTimeout(this.connectTimer);
-    for (const fail of this.pending) fail(reason);
+    for (const fail of this.pending.keys()) fail(reason);
     this.pending.clear();
     this.death.happen(reason);
     closeClient(this.client);
@@ -186,6 +236,8 @@ export class ZooKeeperSession {
   /** Ends the session at the server, which deletes its ephemeral nodes at once. */
   async close(): Promise<void> {
     if (!this.alive) return;
+    // Never connected: the server holds nothing of ours, and there is no close to wait for.
+    if (this.connectTimer) return this.kill(new DistributedLockError('The ZooKeeper lock backend was closed.'));
     const closed = new Promise<void>((resolve) => {
       this.client.on('disconnected', resolve);
       setTimeout(resolve, 1_000).unref();
@@ -198,11 +250,14 @@ export class ZooKeeperSession {
     if (this.death.reason) return Promise.reject(this.death.reason);
     const sentAt = performance.now();
     return new Promise<T>((resolve, reject) => {
-      this.pending.add(reject);
+      this.pending.set(reject, sentAt);
       start((error, value) => {
         if (!this.pending.delete(reject)) return;
         const code = zkCode(error);
-        if (code !== ZkCode.CONNECTION_LOSS && code !== ZkCode.SESSION_EXPIRED) this.lastContactAt = Math.max(this.lastContactAt, sentAt);
+        if (code !== ZkCode.CONNECTION_LOSS && code !== ZkCode.SESSION_EXPIRED) {
+          this.lastContactAt = Math.max(this.lastContactAt, sentAt);
+          this.lastHeardAt = performance.now();
+        }
         if (error) reject(error);
         else resolve(value as T);
       });
@@ -215,7 +270,7 @@ export class ZooKeeperSession {
     this.negotiatedTimeoutMs = this.client.getSessionTimeout();
     this.sessionId = this.client.getSessionId().toString('hex');
     // The server created the session just before this reply; nothing is held on it yet.
-    this.lastContactAt = performance.now();
+    this.lastContactAt = this.lastHeardAt = performance.now();
     this.heartbeatTimer = setInterval(() => this.heartbeat(), this.negotiatedTimeoutMs / HEARTBEATS_PER_TIMEOUT);
     this.heartbeatTimer.unref();
     this.armLiveness();
@@ -253,6 +308,7 @@ export class ZooKeeperSession {
       new ZooKeeperSessionLostError(
         `No reply from ZooKeeper for ${silentMs} ms on session ${this.sessionId} (timeout ${this.negotiatedTimeoutMs} ms): it may have expired.`,
       ),
+      true,
     );
   }
 
@@ -263,20 +319,4 @@ export class ZooKeeperSession {
   private overdue(): boolean {
     return performance.now() >= this.livenessDeadline();
   }
-}
-
-/**
- * Closes the client for good. node-zookeeper-client cannot finish a close while it is still
- * (re)connecting, and would keep a socket (and the process) alive: its socket is destroyed
- * until the client reports itself closed. This reaches into the client's ConnectionManager.
- */
-function closeClient(client: ZkClient): void {
-  client.close();
-  const manager = (client as unknown as { connectionManager?: { state: number; socket?: { destroy(): void } } }).connectionManager;
-  const CLOSED = -2;
-  const timer = setInterval(() => {
-    if (!manager || manager.state === CLOSED) return clearInterval(timer);
-    manager.socket?.destroy();
-  }, 500);
-  timer.unref();
 }

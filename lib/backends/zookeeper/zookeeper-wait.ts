@@ -1,4 +1,4 @@
-import { untilAborted } from '../until-aborted';
+import { PendingWait } from '../pending-wait';
 import { ZkCode, zkCode } from './zookeeper-client';
 import { ZooKeeperSessionLostError } from './zookeeper-session';
 
@@ -33,10 +33,11 @@ export async function repeatOnConnectionLoss<T>(call: () => Promise<T>): Promise
   }
 }
 
-/** Waits `ms`, or less if `signal` aborts (then rejects with its reason). */
+/** Waits `ms`, or less if `signal` aborts (then rejects with its reason, its timer cleared). */
 export function pause(ms: number, signal: AbortSignal): Promise<void> {
-  return untilAborted(
-    new Promise<void>((resolve) => setTimeout(resolve, ms)),
-    signal,
-  );
+  if (signal.aborted) return Promise.reject(signal.reason);
+  const wait = new PendingWait<void>();
+  const timer = setTimeout(() => wait.resolve(), ms);
+  wait.listen(signal, () => clearTimeout(timer));
+  return wait.promise;
 }

@@ -1,13 +1,14 @@
-import { randomUUID } from 'node:crypto';
 import { DistributedLockError } from '../../errors';
+import { BackendLifecycle } from '../backend-lifecycle';
+import { PendingWait } from '../pending-wait';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
-import { NODE_DELETED, ZkCode, zkCode, zxidOf, type ZkModule } from './zookeeper-client';
-import type { ResolvedZooKeeperOptions } from './zookeeper-options';
+import { NODE_DELETED, ZkCode, zkCode, type ZkModule } from './zookeeper-client';
+import { LockNodes, type LockNode } from './zookeeper-lock-nodes';
 import { OwnNodeWatch } from './zookeeper-own-node';
 import { LockParents, PARENT_IDLE_MS } from './zookeeper-parents';
-import { lockNodeName, protectedPrefix, sortedLockNodes } from './zookeeper-paths';
-import { ZooKeeperSession } from './zookeeper-session';
-import { untilAborted } from '../until-aborted';
+import { lockNodeName, sortedLockNodes } from './zookeeper-paths';
+import type { ZooKeeperSession, ZooKeeperSessionOptions } from './zookeeper-session';
+import { ZooKeeperSessions } from './zookeeper-sessions';
 import { AttemptAgain, isRetryable, pause, repeatOnConnectionLoss } from './zookeeper-wait';
 
 interface Holding {
@@ -20,26 +21,15 @@ interface Holding {
   stopWatching: () => void;
 }
 
-interface LockNode {
-  readonly path: string;
-  readonly name: string;
-  readonly czxid: bigint;
-}
-
 /** Pause before starting an acquisition again after its session died, so a dead ensemble is not hammered. */
 const RETRY_PAUSE_MS = 100;
-/**
- * Rounds of a create that fail without a reply (CONNECTION_LOSS) or find the parent missing
- * before the acquisition fails; every lost reply is followed by a search for our node, the
- * last one too, so a create that did happen is never left behind.
- */
-const CREATE_ROUNDS = 10;
 
 /**
  * A fair lock on ephemeral sequential nodes, as Curator's InterProcessMutex: each acquisition
  * creates `<rootPath>/<encoded name>/_c_<attempt uuid>-lock-<sequence>`; the lowest sequence
  * holds; a waiter watches only the node just before its own, and its own node. One session per
- * backend; a lock lives exactly as long as its node, and its node as long as the session.
+ * backend, opened in the background at creation; a lock lives exactly as long as its node, and
+ * its node as long as the session.
  *
  * Round trips: acquire uncontended 1 (parent create if unknown + create/touch transaction,
  * pipelined; the watch on our own node follows, not awaited), contended 2 (+ the children list,
@@ -52,46 +42,50 @@ export class ZooKeeperLockBackend implements LockBackend {
   readonly name = 'zookeeper';
   /** Longer keys are hashed by LockService first; lockNodeName hashes encoded names above 240 chars itself. */
   readonly maxKeyBytes = 4096;
-  private session?: ZooKeeperSession;
+  private readonly lifecycle = new BackendLifecycle('ZooKeeper');
+  private readonly sessions: ZooKeeperSessions;
   private readonly held = new Map<string, Holding>();
-  private readonly parents = new LockParents(() => this.liveSession(undefined));
-  private readonly waits = new Set<AbortController>();
-  private closed = false;
+  private readonly parents: LockParents;
+  private readonly nodes: LockNodes;
+  /** One per call in progress: aborted when the call ends early (its bound, close), so its work cleans up behind it. */
+  private readonly calls = new Set<AbortController>();
 
   constructor(
-    private readonly zk: ZkModule,
-    private readonly options: ResolvedZooKeeperOptions,
-  ) {}
+    zk: ZkModule,
+    private readonly options: ZooKeeperSessionOptions,
+    serverTimeoutMs: number,
+  ) {
+    this.sessions = new ZooKeeperSessions(zk, options, serverTimeoutMs);
+    this.parents = new LockParents(() => this.sessions.connected('remove an idle lock name', undefined));
+    this.nodes = new LockNodes(this.parents, options.rootPath);
+  }
 
-  async acquire({ key, owner, signal }: AcquireRequest): Promise<LockGrant> {
-    this.assertOpen();
-    const closing = new AbortController();
-    this.waits.add(closing);
-    const stop = AbortSignal.any([signal, closing.signal]);
-    try {
+  get address(): string {
+    return this.options.address;
+  }
+
+  unreachable(): Error | undefined {
+    return this.sessions.unreachable();
+  }
+
+  /** Ends with the caller's signal, or once the server has been unreachable for serverTimeoutMs during the call. */
+  acquire({ key, owner, ttlMs, signal }: AcquireRequest): Promise<LockGrant> {
+    return this.call('acquire', signal, async (stop) => {
       for (;;) {
         if (stop.aborted) throw stop.reason;
         try {
-          const holding = (await this.attempt(key, owner, stop))!;
-          if (!stop.aborted) return holding.grant;
-          // Granted as the caller gave up: give it back at once.
-          await this.release(holding.grant);
-          throw stop.reason;
+          return (await this.attempt(key, owner, ttlMs, stop, true))!;
         } catch (error) {
           if (stop.aborted) throw stop.reason;
           if (!isRetryable(error)) throw error;
           await pause(RETRY_PAUSE_MS, stop);
         }
       }
-    } finally {
-      this.waits.delete(closing);
-    }
+    });
   }
 
-  async tryAcquire({ key, owner }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
-    this.assertOpen();
-    const holding = await this.attempt(key, owner, undefined);
-    return holding?.grant ?? null;
+  tryAcquire({ key, owner, ttlMs }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+    return this.call('try to acquire', undefined, (stop) => this.attempt(key, owner, ttlMs, stop, false));
   }
 
   /** The node still exists and belongs to this session: the lock is ours as long as the session lives. */
@@ -99,7 +93,7 @@ export class ZooKeeperLockBackend implements LockBackend {
     const holding = this.held.get(grant.owner);
     if (!holding || holding.grant !== grant || holding.lost.signal.aborted || !holding.session.alive) return false;
     try {
-      const stat = await holding.session.exists(holding.path);
+      const stat = await this.sessions.bounded(holding.session.exists(holding.path), 'renew');
       if (stat && holding.session.owns(stat)) return true;
       this.lose(holding, new DistributedLockError(`Lock node ${holding.path} is gone.`));
       return false;
@@ -116,45 +110,69 @@ export class ZooKeeperLockBackend implements LockBackend {
     holding.releasing = true;
     holding.stopWatching();
     const { session, path } = holding;
-    // A dead session's nodes are deleted by the server; a new session never touches them.
-    if (session.alive) await this.deleteNode(session, path);
     this.parentIdle(parentOf(path), session);
+    // A dead session's nodes are deleted by the server; a new session never touches them. Past
+    // the bound, the delete still goes out once the connection is back (or the session ends).
+    if (session.alive) await this.sessions.bounded(this.nodes.delete(session, path), 'release');
   }
 
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    const closedError = new DistributedLockError('The ZooKeeper lock backend was closed while waiting.');
-    for (const wait of this.waits) wait.abort(closedError);
-    for (const holding of this.held.values()) this.lose(holding, new DistributedLockError('The ZooKeeper lock backend was closed.'));
+    if (!this.lifecycle.beginClose()) return;
+    for (const call of this.calls) call.abort(this.lifecycle.closedWhileWaiting());
+    for (const holding of this.held.values()) this.lose(holding, this.lifecycle.closedWhileHeld());
     this.held.clear();
-    this.parents.removeIdleNow(this.session);
+    this.parents.removeIdleNow(this.sessions.existing);
     // Closing the session makes the server delete every node of it at once.
-    await this.session?.close();
+    await this.sessions.close();
   }
 
   /**
-   * One go at the lock on one session: create our node, then wait (or, for tryAcquire with no
-   * `stop`, give up) until it is the lowest. Our node is deleted on every way out but success,
-   * and the parent then left to be removed once idle.
+   * Runs `work` until it settles, or until `signal` aborts, the server stays unreachable for
+   * serverTimeoutMs, or the backend closes: the call then ends at once, and `work` is told
+   * through its own signal, so that a node it creates after all is deleted, a grant released.
    */
-  private async attempt(key: string, owner: string, stop: AbortSignal | undefined): Promise<Holding | null> {
-    const session = await this.liveSession(stop);
+  private async call<T extends LockGrant | null>(operation: string, signal: AbortSignal | undefined, work: (stop: AbortSignal) => Promise<T>): Promise<T> {
+    this.lifecycle.assertOpen();
+    const ended = new AbortController();
+    const stop = signal ? AbortSignal.any([signal, ended.signal]) : ended.signal;
+    this.calls.add(ended);
+    const running = work(stop).then((grant) => {
+      // Granted as the call ended: give it back.
+      if (grant && stop.aborted) this.release(grant).catch(() => undefined);
+      return grant;
+    });
+    try {
+      return await this.sessions.bounded(running, operation, stop);
+    } catch (error) {
+      if (!ended.signal.aborted) ended.abort(error);
+      throw error;
+    } finally {
+      this.calls.delete(ended);
+    }
+  }
+
+  /**
+   * One go at the lock on one session: create our node, then wait (or, with `wait` false, give
+   * up) until it is the lowest. Our node is deleted on every way out but success, and the parent
+   * then left to be removed once idle.
+   */
+  private async attempt(key: string, owner: string, ttlMs: number, stop: AbortSignal, wait: boolean): Promise<LockGrant | null> {
+    const session = await this.sessions.connected(wait ? 'acquire' : 'try to acquire', stop);
     const parent = `${this.options.rootPath}/${lockNodeName(key)}`;
     this.parents.inUse(parent);
     let node: LockNode | undefined;
     let own: OwnNodeWatch | undefined;
     try {
-      const created = await this.createNode(session, parent, owner);
+      const created = await this.nodes.create(session, parent, owner);
       node = created.node;
       let children = created.children ?? (await repeatOnConnectionLoss(() => session.getChildren(parent)));
       for (;;) {
         const queue = sortedLockNodes(children);
         const at = queue.indexOf(node.name);
         if (at === -1) throw new AttemptAgain(`Lock node ${node.path} vanished while waiting.`);
-        if (at === 0) return this.hold(session, key, owner, node, own);
-        if (!stop) {
-          await this.deleteNode(session, node.path);
+        if (at === 0) return await this.hold(session, key, owner, ttlMs, node, own);
+        if (!wait) {
+          await this.nodes.delete(session, node.path);
           node = undefined;
           this.parentIdle(parent, session);
           return null;
@@ -168,86 +186,15 @@ export class ZooKeeperLockBackend implements LockBackend {
         // long as our own node is still there. Its watch would have told us first, unless the
         // connection dropped meanwhile (events replayed on reconnection come in no order): then list.
         if (deleted && at === 1 && session.disconnections === disconnections && (await own.stillThere())) {
-          return this.hold(session, key, owner, node, own);
+          return await this.hold(session, key, owner, ttlMs, node, own);
         }
         children = await repeatOnConnectionLoss(() => session.getChildren(parent));
       }
     } catch (error) {
       own?.stop();
-      if (node) this.deleteNode(session, node.path).catch(() => undefined);
+      if (node) this.nodes.delete(session, node.path).catch(() => undefined);
       this.parentIdle(parent, session);
       throw error;
-    }
-  }
-
-  /**
-   * Creates our lock node, in one round trip when nothing goes wrong: [create the parent if this
-   * client has not seen it] + [create the node and touch the parent, one transaction], pipelined
-   * on the session (the server answers in order). `children` is known without asking when the
-   * node has no siblings (alone, it holds the lock); otherwise the caller lists them.
-   */
-  private async createNode(session: ZooKeeperSession, parent: string, owner: string): Promise<{ node: LockNode; children?: string[] }> {
-    const prefix = protectedPrefix(randomUUID());
-    const data = Buffer.from(owner);
-    for (let round = 1; ; round++) {
-      const ensured = this.parents.isKnown(parent)
-        ? undefined
-        : session.createPersistent(parent).then(
-            () => undefined,
-            (error: unknown) => error,
-          );
-      try {
-        const { path, czxid, siblings } = await session.createWithZxid(parent, prefix, data);
-        this.parents.markKnown(parent);
-        const name = path.slice(parent.length + 1);
-        return { node: { path, name, czxid: zxidOf(czxid) }, children: siblings === 0 ? [name] : undefined };
-      } catch (error) {
-        const code = zkCode(error);
-        if (code === ZkCode.CONNECTION_LOSS) {
-          // The reply was lost, not necessarily the create (Curator's protected mode): look for
-          // our node, after the last round too, or a create that did happen would block the name.
-          const found = await this.findNode(session, parent, prefix);
-          if (found) return found;
-        } else if (code === ZkCode.NO_NODE) {
-          this.parents.markUnknown(parent);
-          if (zkCode(await ensured) === ZkCode.NO_NODE) await this.createRoot(session);
-        } else {
-          throw error;
-        }
-        if (round >= CREATE_ROUNDS) throw error;
-      }
-    }
-  }
-
-  private async findNode(
-    session: ZooKeeperSession,
-    parent: string,
-    prefix: string,
-  ): Promise<{ node: LockNode; children: string[] } | undefined> {
-    let children: string[];
-    try {
-      children = await repeatOnConnectionLoss(() => session.getChildren(parent));
-    } catch (error) {
-      if (zkCode(error) === ZkCode.NO_NODE) return undefined;
-      throw error;
-    }
-    const name = children.find((child) => child.startsWith(prefix));
-    if (!name) return undefined;
-    const path = `${parent}/${name}`;
-    const stat = await repeatOnConnectionLoss(() => session.exists(path));
-    if (!stat) throw new AttemptAgain(`Lock node ${path} vanished right after its create.`);
-    return { node: { path, name, czxid: zxidOf(stat.czxid) }, children };
-  }
-
-  private async createRoot(session: ZooKeeperSession): Promise<void> {
-    let path = '';
-    for (const segment of this.options.rootPath.slice(1).split('/')) {
-      path += `/${segment}`;
-      try {
-        await repeatOnConnectionLoss(() => session.createPersistent(path));
-      } catch (error) {
-        if (zkCode(error) !== ZkCode.NODE_EXISTS) throw error;
-      }
     }
   }
 
@@ -257,32 +204,22 @@ export class ZooKeeperLockBackend implements LockBackend {
    * deleted first, with the signal's reason when `stop` aborts, or when the session dies.
    */
   private predecessorDeleted(session: ZooKeeperSession, path: string, own: OwnNodeWatch, stop: AbortSignal): Promise<boolean> {
-    return new Promise<boolean>((resolve, reject) => {
-      const cleanups: (() => void)[] = [];
-      let settled = false;
-      const settle = (outcome: () => void) => {
-        if (settled) return;
-        settled = true;
-        for (const cleanup of cleanups) cleanup();
-        outcome();
-      };
-      const onAbort = () => settle(() => reject(stop.reason));
-      if (stop.aborted) return onAbort();
-      stop.addEventListener('abort', onAbort, { once: true });
-      cleanups.push(() => stop.removeEventListener('abort', onAbort));
-      cleanups.push(session.onDeath((reason) => settle(() => reject(reason))));
-      cleanups.push(own.onGone((reason) => settle(() => reject(new AttemptAgain(reason.message)))));
-      if (settled) return;
-      const watch = session.watch(path, (event) => settle(() => resolve(event.getType() === NODE_DELETED)));
-      cleanups.push(watch.cancel);
-      watch.set.then(
-        (exists) => exists || settle(() => resolve(true)),
-        (error: unknown) => {
-          if (zkCode(error) === ZkCode.CONNECTION_LOSS) settle(() => resolve(false));
-          else settle(() => reject(error));
-        },
-      );
-    });
+    const wait = new PendingWait<boolean>();
+    const stopHearingDeath = session.onDeath((reason) => wait.reject(reason));
+    const stopHearingGone = own.onGone((reason) => wait.reject(new AttemptAgain(reason.message)));
+    const watch = session.watch(path, (event) => wait.resolve(event.getType() === NODE_DELETED));
+    watch.set.then(
+      (exists) => exists || wait.resolve(true),
+      (error: unknown) => (zkCode(error) === ZkCode.CONNECTION_LOSS ? wait.resolve(false) : wait.reject(error)),
+    );
+    wait.listen(stop);
+    const cleanup = () => {
+      stopHearingDeath();
+      stopHearingGone();
+      watch.cancel();
+    };
+    wait.promise.then(cleanup, cleanup);
+    return wait.promise;
   }
 
   /**
@@ -293,12 +230,24 @@ export class ZooKeeperLockBackend implements LockBackend {
     this.parents.idle(parent, session.alive ? PARENT_IDLE_MS : Math.max(PARENT_IDLE_MS, session.timeoutMs));
   }
 
-  private hold(session: ZooKeeperSession, key: string, owner: string, node: LockNode, watching: OwnNodeWatch | undefined): Holding {
+  /**
+   * Our node is the lowest: the lock is ours, as long as the session lives. The grant may reach
+   * us late (this process was paused with the event unread): see leaseStart.
+   */
+  private async hold(
+    session: ZooKeeperSession,
+    key: string,
+    owner: string,
+    ttlMs: number,
+    node: LockNode,
+    watching: OwnNodeWatch | undefined,
+  ): Promise<LockGrant> {
+    const requestedAt = await this.leaseStart(session, node, ttlMs);
     const lost = new AbortController();
     // Granted at once: watch our node from now on (not awaited; a node already gone is told by the reply).
     const own = watching ?? new OwnNodeWatch(session, node.path);
     const holding: Holding = {
-      grant: { key, owner, fencingToken: node.czxid, lost: lost.signal },
+      grant: { key, owner, fencingToken: node.czxid, lost: lost.signal, requestedAt },
       path: node.path,
       session,
       lost,
@@ -315,35 +264,33 @@ export class ZooKeeperLockBackend implements LockBackend {
       stopWatchingNode();
       own.stop();
     };
-    return holding;
+    return holding.grant;
+  }
+
+  /**
+   * When the grant's local lease counts from (`requestedAt`). The lease is the session: the
+   * server cannot expire it, and delete our node, before `lastContact + timeout` (the send time
+   * of the last request it answered), so the local lease must end by then too: it counts from
+   * `min(now, lastContact + timeout - ttlMs)`, which is lastContact itself when ttlMs is the
+   * session timeout (the default). A longer ttlMs is cut short by the session's own liveness
+   * deadline, which fires `lost`. A session not heard from for half its timeout (this process
+   * was paused, or starved) is first asked, owner-checked: a grant whose session or node is gone
+   * is never handed out, and the lease then counts from that request.
+   */
+  private async leaseStart(session: ZooKeeperSession, node: LockNode, ttlMs: number): Promise<number> {
+    const now = performance.now();
+    if (session.alive && now - session.lastContact <= session.timeoutMs / 2) {
+      return Math.min(now, session.lastContact + Math.max(0, session.timeoutMs - ttlMs));
+    }
+    const sentAt = performance.now();
+    const stat = await session.exists(node.path);
+    if (!stat || !session.owns(stat)) throw new AttemptAgain(`Lock node ${node.path} was gone when its grant arrived.`);
+    return Math.min(performance.now(), sentAt + Math.max(0, session.timeoutMs - ttlMs));
   }
 
   private lose(holding: Holding, reason: Error): void {
     if (holding.releasing || holding.lost.signal.aborted) return;
     holding.lost.abort(reason);
-  }
-
-  /** Deletes a node of ours; already gone is fine; a dead session's nodes go with it. */
-  private async deleteNode(session: ZooKeeperSession, path: string): Promise<void> {
-    try {
-      await repeatOnConnectionLoss(() => session.remove(path));
-    } catch (error) {
-      if (zkCode(error) === ZkCode.NO_NODE || !session.alive) return;
-      throw error;
-    }
-  }
-
-  /** The current session, or a new one when there is none or it died. Waits for its first connection. */
-  private async liveSession(stop: AbortSignal | undefined): Promise<ZooKeeperSession> {
-    this.assertOpen();
-    if (!this.session?.alive) this.session = new ZooKeeperSession(this.zk, this.options);
-    const session = this.session;
-    await (stop ? untilAborted(session.connected, stop) : session.connected);
-    return session;
-  }
-
-  private assertOpen(): void {
-    if (this.closed) throw new DistributedLockError('The ZooKeeper lock backend is closed.');
   }
 }
 

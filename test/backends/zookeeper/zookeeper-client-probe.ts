@@ -20,8 +20,8 @@ interface ClientInternals {
 
 /** The node-zookeeper-client of the ZooKeeper backend's current session (a private field: for tests and the benchmark only). */
 export function clientOf(backend: LockBackend): Client {
-  const session = (backend as unknown as { session?: { client: Client } }).session;
-  assert.ok(session, 'the backend has no session yet: acquire something first');
+  const session = (backend as unknown as { sessions?: { existing: { client: Client } } }).sessions?.existing;
+  assert.ok(session, 'not a ZooKeeper backend');
   return session.client;
 }
 

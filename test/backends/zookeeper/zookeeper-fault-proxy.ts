@@ -11,12 +11,15 @@ export const OP_MULTI = 14;
  *   exists for. Optionally the requests before it are lost on the way in (never carried out).
  * - `block`: cuts every connection and hangs up on new ones until `unblock`, so another client
  *   can act on the session meanwhile.
+ * - `blackHole`: keeps every connection open and accepts new ones, but forwards nothing either
+ *   way: a server cut off by a firewall that drops packets, with no socket error to notice.
  */
 export class ZooKeeperFaultProxy {
   /** Connections cut on purpose so far. */
   cuts = 0;
   private armed?: { opcode: number; requestsToLose: number };
   private blocked = false;
+  private swallowing = false;
   private readonly sockets = new Set<Socket>();
 
   private constructor(private readonly server: Server) {}
@@ -24,7 +27,11 @@ export class ZooKeeperFaultProxy {
   static async start(targetPort: number): Promise<ZooKeeperFaultProxy> {
     const server = createServer();
     const proxy = new ZooKeeperFaultProxy(server);
-    server.on('connection', (client) => (proxy.blocked ? client.destroy() : proxy.relay(client, targetPort)));
+    server.on('connection', (client) => {
+      if (proxy.blocked) return client.destroy();
+      if (proxy.swallowing) return proxy.hold(client);
+      proxy.relay(client, targetPort);
+    });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     return proxy;
   }
@@ -51,6 +58,16 @@ export class ZooKeeperFaultProxy {
     this.blocked = false;
   }
 
+  blackHole(): void {
+    this.swallowing = true;
+  }
+
+  private hold(client: Socket): void {
+    this.sockets.add(client);
+    client.on('error', () => client.destroy()).on('close', () => this.sockets.delete(client));
+    client.resume();
+  }
+
   async stop(): Promise<void> {
     for (const socket of this.sockets) socket.destroy();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
@@ -70,6 +87,7 @@ export class ZooKeeperFaultProxy {
     let doomedXid: number | undefined;
     // The first frame each way is the session handshake, which has no request header.
     frames(client, (frame, handshake) => {
+      if (this.swallowing) return;
       const armed = this.armed;
       if (!handshake && armed && frame.readInt32BE(8) === armed.opcode) {
         if (armed.requestsToLose > 0) {
@@ -83,6 +101,7 @@ export class ZooKeeperFaultProxy {
       upstream.write(frame);
     });
     frames(upstream, (frame, handshake) => {
+      if (this.swallowing) return;
       if (!handshake && doomedXid !== undefined && frame.readInt32BE(4) === doomedXid) {
         this.cuts++;
         return closeBoth();

@@ -23,6 +23,11 @@ const SESSION_TIMEOUT_MS = 2_000;
  */
 const BOUND_MS = 1_500;
 const ROOT = '/distributed-lock';
+/**
+ * These tests are about sessions riding out a server that goes away and comes back: a waiter
+ * must not give up on the unreachable server first (zookeeper-unreachable.test.ts tests that).
+ */
+const PATIENT = { ttlMs: 30_000, serverTimeoutMs: 60_000 };
 /** The liveness verdict, as the backend words it when the server went silent. */
 const SILENT = /^No reply from ZooKeeper for \d+ ms on session [0-9a-f]{16} \(timeout 2000 ms\): it may have expired\.$/;
 
@@ -49,7 +54,9 @@ describe('ZooKeeper faults', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
   });
 
   const client = () => {
-    const service = lockServiceOver(createZooKeeperBackend({ type: 'zookeeper', connectionString: zookeeper.connectionString, sessionTimeoutMs: SESSION_TIMEOUT_MS }));
+    const service = lockServiceOver(
+      createZooKeeperBackend({ type: 'zookeeper', connectionString: zookeeper.connectionString, sessionTimeoutMs: SESSION_TIMEOUT_MS }, PATIENT),
+    );
     services.push(service);
     return service;
   };
@@ -186,7 +193,7 @@ describe('ZooKeeper faults', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
     // Through a proxy that can keep the backend away while another client ends its session.
     const proxy = await ZooKeeperFaultProxy.start(zookeeper.port);
     try {
-      const backend = createZooKeeperBackend({ type: 'zookeeper', connectionString: proxy.connectionString, sessionTimeoutMs: SESSION_TIMEOUT_MS });
+      const backend = createZooKeeperBackend({ type: 'zookeeper', connectionString: proxy.connectionString, sessionTimeoutMs: SESSION_TIMEOUT_MS }, PATIENT);
       const service = lockServiceOver(backend);
       services.push(service);
       const held = await service.acquire(name, { ttlMs: 120_000 });

@@ -5,7 +5,7 @@ import { after, before, describe, it } from 'node:test';
 import { LockBackendError, LockConfigError } from '../../../lib';
 import { createBackend } from '../../../lib/backends/registry';
 import { createZooKeeperBackend } from '../../../lib/backends/zookeeper/create-zookeeper-backend';
-import type { ZooKeeperBackendOptions } from '../../../lib/backends/zookeeper/zookeeper-options';
+import { resolveZooKeeperOptions, type ZooKeeperBackendOptions } from '../../../lib/backends/zookeeper/zookeeper-options';
 import { resolveModuleOptions } from '../../../lib/lock-options';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { startZooKeeperServer, type ZooKeeperServer } from '../../../servers/zookeeper-server';
@@ -31,7 +31,9 @@ describe('ZooKeeper options', () => {
     const bad: [string, Partial<Record<keyof ZooKeeperBackendOptions, unknown>>][] = [
       ['backend.connectionString', { connectionString: undefined }],
       ['backend.connectionString', { connectionString: '' }],
-      ['backend.connectionString', { connectionString: '127.0.0.1' }],
+      ['backend.connectionString', { connectionString: '/chroot' }],
+      ['backend.connectionString', { connectionString: '127.0.0.1:99999' }],
+      ['backend.connectionString', { connectionString: 'host:' }],
       ['backend.connectionString', { connectionString: 'zk://127.0.0.1:2181' }],
       ['backend.connectionString', { connectionString: '127.0.0.1:2181/chroot/' }],
       ['backend.connectionString', { connectionString: 42 }],
@@ -61,6 +63,7 @@ describe('ZooKeeper options', () => {
       ['backend.rootPath', { rootPath: '/a\u0000b' }],
       ['backend.rootPath', { rootPath: '/\u{1F512}' }],
       ['backend.rootPath', { rootPath: 7 }],
+      ['backend.sessionTimeout', { sessionTimeout: 5_000 } as never],
     ];
     for (const [option, change] of bad) {
       const options = { ...good, ...change } as ZooKeeperBackendOptions;
@@ -75,21 +78,27 @@ describe('ZooKeeper options', () => {
       () => createZooKeeperBackend({ ...good, connectionString: '[::1]:2181' }),
       /cannot connect to an IPv6 literal .*use a host name that resolves to the address/,
     );
-    // A bracket in the chroot is a valid node name, not an address.
-    assert.doesNotThrow(() => createZooKeeperBackend({ ...good, connectionString: `${good.connectionString}/locks[eu]` }));
+    assert.throws(() => createZooKeeperBackend({ ...good, sessionTimeoutMs: '10000' as never }), /must be a number, got the string "10000"/);
+    assert.throws(() => createZooKeeperBackend({ ...good, sessionTimeout: 5_000 } as never), /"backend.sessionTimeout".*did you mean "backend.sessionTimeoutMs"/);
     await new Promise((resolve) => setTimeout(resolve, 100));
     assert.equal(connections, 0, 'a backend with bad options connected to the server');
     assert.equal(resolveModuleOptions({ backend: good }).backend, good);
   });
 
-  it('connects lazily: creating a backend opens no connection, its first acquisition does', async () => {
-    const backend = createZooKeeperBackend({ type: 'zookeeper', connectionString: `127.0.0.1:${sentinelPort}`, sessionTimeoutMs: 300 });
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    assert.equal(connections, 0);
-    // The sentinel hangs up on every connection: tryAcquire fails once the session could not start.
-    await assert.rejects(lockServiceOver(backend).tryAcquire('x'), (error: unknown) => error instanceof LockBackendError && /Could not connect/.test(error.message));
-    assert.ok(connections > 0);
-    await backend.close();
+  it('accepts connection strings as node-zookeeper-client does, and names the servers (never the chroot) as its address', () => {
+    const accepted: [string, string][] = [
+      ['127.0.0.1:2181', '127.0.0.1:2181'],
+      // The client's default port.
+      ['127.0.0.1', '127.0.0.1:2181'],
+      ['zk1:2181,zk2,zk3:2182/app/locks', 'zk1:2181,zk2:2181,zk3:2182'],
+      // Empty entries are skipped; a '/' alone at the end is no chroot.
+      ['zk1:2181,,zk2:2181/', 'zk1:2181,zk2:2181'],
+      // A bracket in the chroot is a valid node name, not an address.
+      ['127.0.0.1:2181/locks[eu]', '127.0.0.1:2181'],
+    ];
+    for (const [connectionString, address] of accepted) {
+      assert.equal(resolveZooKeeperOptions({ type: 'zookeeper', connectionString }).address, address, connectionString);
+    }
   });
 
   describe('digest auth and ACLs, on a server', () => {
