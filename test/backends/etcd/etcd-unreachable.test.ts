@@ -3,7 +3,7 @@ import { after, afterEach, describe, it } from 'node:test';
 import { Logger } from '@nestjs/common';
 import { LockServerUnreachableError, type LockBackend } from '../../../lib';
 import { createEtcdBackend } from '../../../lib/backends/etcd/etcd.backend';
-import { EtcdCluster } from '../../support/etcd-server';
+import { EtcdCluster } from '../../../servers/etcd-server';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { eventually, FAULT_SUITE_TIMEOUT_MS, sleep } from '../../support/timing';
 import { request, within } from './etcd-test-kit';

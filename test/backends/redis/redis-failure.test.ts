@@ -8,7 +8,7 @@ import { DistributedLockModule, LockLostError, LockServerUnreachableError, LockS
 import { createRedisBackend, type RedisLockBackend } from '../../../lib/backends/redis/redis.backend';
 import type { RedisBackendOptions } from '../../../lib/backends/redis/redis-options';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { startRedisServer, type RedisServer } from '../../support/redis-server';
+import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
 import { abortedWithin, eventually, FAULT_SUITE_TIMEOUT_MS, sleep } from '../../support/timing';
 import { BlackHoleProxy } from './black-hole-proxy';
 

@@ -7,7 +7,7 @@ import { lockNodeName } from '../../../lib/backends/zookeeper/zookeeper-paths';
 import { HolderProcess } from '../../support/holder-process';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { eventually, FAULT_SUITE_TIMEOUT_MS, sleep } from '../../support/timing';
-import { startZooKeeperServer, type ZooKeeperServer } from '../../support/zookeeper-server';
+import { startZooKeeperServer, type ZooKeeperServer } from '../../../servers/zookeeper-server';
 import { clientOf } from './zookeeper-client-probe';
 import { ZooKeeperInspector } from './zookeeper-inspect';
 

@@ -5,10 +5,10 @@ import { LockServerUnreachableError, LockTimeoutError, type LockBackend } from '
 import { createZooKeeperBackend } from '../../../lib/backends/zookeeper/create-zookeeper-backend';
 import type { ZooKeeperLockBackend } from '../../../lib/backends/zookeeper/zookeeper.backend';
 import { pause } from '../../../lib/backends/zookeeper/zookeeper-wait';
-import { freePort } from '../../support/free-port';
+import { freePort } from '../../../servers/free-port';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { FAULT_SUITE_TIMEOUT_MS, sleep } from '../../support/timing';
-import { startZooKeeperServer, type ZooKeeperServer } from '../../support/zookeeper-server';
+import { startZooKeeperServer, type ZooKeeperServer } from '../../../servers/zookeeper-server';
 import { ZooKeeperFaultProxy } from './zookeeper-fault-proxy';
 
 /** Short, so each case ends in seconds; a call must end by it when the server cannot be reached. */
