@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { deadlines, type Deadline } from './deadlines';
-import { DistributedLockError, LockLostError, type LockLostReason } from './errors';
+import { DistributedLockError, LockLostError, LockServerUnreachableError, type LockLostReason } from './errors';
 import { assertTtl } from './lock-options';
 import { withinServerTimeout } from './server-timeout';
 
@@ -37,7 +37,7 @@ function listenForLoss(lease: LockLease, signal: AbortSignal): void {
       'abort',
       () => {
         const leases = entry.many ? [...entry.many] : entry.one ? [entry.one] : [];
-        for (const each of leases) each.markLost('backend-reported', signal.reason);
+        for (const each of leases) each.reportedLost(signal.reason);
       },
       { once: true },
     );
@@ -105,7 +105,7 @@ export class LockLease {
     }
     if (autoRenew) this.renewAt = performance.now() + this.interval();
     this.arm();
-    if (grant.lost.aborted) this.markLost('backend-reported', grant.lost.reason);
+    if (grant.lost.aborted) this.reportedLost(grant.lost.reason);
     else listenForLoss(this, grant.lost);
   }
 
@@ -176,6 +176,16 @@ export class LockLease {
     this.ttlMs = ttlMs;
     if (this.autoRenew) this.renewAt = performance.now() + this.interval();
     this.confirm(started, ttlMs);
+  }
+
+  /**
+   * The backend says the lease is gone. When the server could not be reached (the backend says
+   * so, or our renewals have been failing), that is the reason the user needs to hear: a
+   * session that expired because no keepalive got through is an unreachable server.
+   */
+  reportedLost(cause: unknown): void {
+    const unreachable = cause instanceof LockServerUnreachableError || this.renewFailure !== undefined;
+    this.markLost(unreachable ? 'server-unreachable' : 'backend-reported', cause);
   }
 
   markLost(reason: LockLostReason, cause?: unknown): void {
