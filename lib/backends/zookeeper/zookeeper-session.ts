@@ -208,6 +208,11 @@ export class ZooKeeperSession {
     return { set, cancel: remove };
   }
 
+  /** A wait of ours is listening for a change of `path`. */
+  isWatched(path: string): boolean {
+    return this.watches.isWatched(path);
+  }
+
   getChildren(path: string): Promise<string[]> {
     return this.call((done) => this.client.getChildren(path, done));
   }

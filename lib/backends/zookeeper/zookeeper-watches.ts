@@ -24,6 +24,10 @@ export class NodeWatches {
     return { watcher: entry.watcher, remove: () => entry.listeners.delete(listener) };
   }
 
+  isWatched(path: string): boolean {
+    return (this.byPath.get(path)?.listeners.size ?? 0) > 0;
+  }
+
   /**
    * The node is gone, so the client holds no function for it that will ever be called again
    * (a watch left on it fired before the server said so): forget the path unless a listener

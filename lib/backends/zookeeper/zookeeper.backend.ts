@@ -45,6 +45,12 @@ export class ZooKeeperLockBackend implements LockBackend {
   private readonly lifecycle = new BackendLifecycle('ZooKeeper');
   private readonly sessions: ZooKeeperSessions;
   private readonly held = new Map<string, Holding>();
+  /**
+   * Lock nodes this backend was granted, kept while a waiter of ours watches them: such a node
+   * was the head of its queue, so the waiter behind it holds when it goes, without listing the
+   * queue again (a burst in one process hands over for one delete, not a delete and a list).
+   */
+  private readonly granted = new Set<string>();
   private readonly parents: LockParents;
   private readonly nodes: LockNodes;
   /** One per call in progress: aborted when the call ends early (its bound, close), so its work cleans up behind it. */
@@ -110,6 +116,7 @@ export class ZooKeeperLockBackend implements LockBackend {
     holding.releasing = true;
     holding.stopWatching();
     const { session, path } = holding;
+    if (!session.isWatched(path)) this.granted.delete(path);
     this.parentIdle(parentOf(path), session);
     // A dead session's nodes are deleted by the server; a new session never touches them. Past
     // the bound, the delete still goes out once the connection is back (or the session ends).
@@ -121,6 +128,7 @@ export class ZooKeeperLockBackend implements LockBackend {
     for (const call of this.calls) call.abort(this.lifecycle.closedWhileWaiting());
     for (const holding of this.held.values()) this.lose(holding, this.lifecycle.closedWhileHeld());
     this.held.clear();
+    this.granted.clear();
     this.parents.removeIdleNow(this.sessions.existing);
     // Closing the session makes the server delete every node of it at once.
     await this.sessions.close();
@@ -180,12 +188,15 @@ export class ZooKeeperLockBackend implements LockBackend {
         // Sent before the predecessor's watch, in the same pipeline: see OwnNodeWatch.
         own ??= new OwnNodeWatch(session, node.path);
         const disconnections = session.disconnections;
-        const deleted = await this.predecessorDeleted(session, `${parent}/${queue[at - 1]}`, own, stop);
+        const predecessor = `${parent}/${queue[at - 1]}`;
+        const deleted = await this.predecessorDeleted(session, predecessor, own, stop);
         // Sequence numbers only grow, so nothing can have joined ahead of us: when the node we
-        // watched was the head of the queue, its deletion makes us the head, no list needed, as
-        // long as our own node is still there. Its watch would have told us first, unless the
-        // connection dropped meanwhile (events replayed on reconnection come in no order): then list.
-        if (deleted && at === 1 && session.disconnections === disconnections && (await own.stillThere())) {
+        // watched was the head of the queue (the head of the list we saw, or a node this backend
+        // was granted), its deletion makes us the head, no list needed, as long as our own node
+        // is still there. Its watch would have told us first, unless the connection dropped
+        // meanwhile (events replayed on reconnection come in no order): then list.
+        const wasHead = this.granted.delete(predecessor) || at === 1;
+        if (deleted && wasHead && session.disconnections === disconnections && (await own.stillThere())) {
           return await this.hold(session, key, owner, ttlMs, node, own);
         }
         children = await repeatOnConnectionLoss(() => session.getChildren(parent));
@@ -255,6 +266,7 @@ export class ZooKeeperLockBackend implements LockBackend {
       stopWatching: () => undefined,
     };
     this.held.set(owner, holding);
+    this.granted.add(node.path);
     // Session expiry (or silence for as long as it would take) ends every lock of the session at once.
     const stopWatchingSession = session.onDeath((reason) => this.lose(holding, reason));
     // A deletion we did not make (an operator, a script) is known at once.
