@@ -83,9 +83,10 @@ export interface LockGrant {
    */
   readonly lost: AbortSignal;
   /**
-   * `performance.now()` when the request that won this grant was sent: the server's lease
-   * cannot have started before, so the local deadline counts from it. Omitted (a grant that
-   * came by a message, or a backend whose lease is a session): from when the grant arrived.
+   * A `performance.now()` time known to precede the server's grant (the request that won it,
+   * the server's grant time mapped to local time, or the session's last confirmed moment), so a
+   * grant that arrives late is never a fresh lease: the local deadline counts from it. Omitted:
+   * from when the grant arrived, which only a backend whose grants cannot arrive late may do.
    */
   readonly requestedAt?: number;
   /**
