@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { deadlines, type Deadline } from './deadlines';
-import { DistributedLockError, LockLostError, type LockLostReason } from './errors';
+import { DistributedLockError, LockLostError, LockServerUnreachableError, type LockLostReason } from './errors';
 import { assertTtl } from './lock-options';
 import { withinServerTimeout } from './server-timeout';
 
@@ -28,6 +28,11 @@ interface Listening {
 }
 const leasesBySignal = new WeakMap<AbortSignal, Listening>();
 
+/** A backend that lost the lease because its server could not be reached says so (LockServerUnreachableError). */
+function lostReason(cause: unknown): LockLostReason {
+  return cause instanceof LockServerUnreachableError ? 'server-unreachable' : 'backend-reported';
+}
+
 function listenForLoss(lease: LockLease, signal: AbortSignal): void {
   let listening = leasesBySignal.get(signal);
   if (!listening) {
@@ -37,7 +42,7 @@ function listenForLoss(lease: LockLease, signal: AbortSignal): void {
       'abort',
       () => {
         const leases = entry.many ? [...entry.many] : entry.one ? [entry.one] : [];
-        for (const each of leases) each.markLost('backend-reported', signal.reason);
+        for (const each of leases) each.markLost(lostReason(signal.reason), signal.reason);
       },
       { once: true },
     );
@@ -105,7 +110,7 @@ export class LockLease {
     }
     if (autoRenew) this.renewAt = performance.now() + this.interval();
     this.arm();
-    if (grant.lost.aborted) this.markLost('backend-reported', grant.lost.reason);
+    if (grant.lost.aborted) this.markLost(lostReason(grant.lost.reason), grant.lost.reason);
     else listenForLoss(this, grant.lost);
   }
 
