@@ -28,11 +28,6 @@ interface Listening {
 }
 const leasesBySignal = new WeakMap<AbortSignal, Listening>();
 
-/** A backend that lost the lease because its server could not be reached says so (LockServerUnreachableError). */
-function lostReason(cause: unknown): LockLostReason {
-  return cause instanceof LockServerUnreachableError ? 'server-unreachable' : 'backend-reported';
-}
-
 function listenForLoss(lease: LockLease, signal: AbortSignal): void {
   let listening = leasesBySignal.get(signal);
   if (!listening) {
@@ -42,7 +37,7 @@ function listenForLoss(lease: LockLease, signal: AbortSignal): void {
       'abort',
       () => {
         const leases = entry.many ? [...entry.many] : entry.one ? [entry.one] : [];
-        for (const each of leases) each.markLost(lostReason(signal.reason), signal.reason);
+        for (const each of leases) each.reportedLost(signal.reason);
       },
       { once: true },
     );
@@ -110,7 +105,7 @@ export class LockLease {
     }
     if (autoRenew) this.renewAt = performance.now() + this.interval();
     this.arm();
-    if (grant.lost.aborted) this.markLost(lostReason(grant.lost.reason), grant.lost.reason);
+    if (grant.lost.aborted) this.reportedLost(grant.lost.reason);
     else listenForLoss(this, grant.lost);
   }
 
@@ -181,6 +176,16 @@ export class LockLease {
     this.ttlMs = ttlMs;
     if (this.autoRenew) this.renewAt = performance.now() + this.interval();
     this.confirm(started, ttlMs);
+  }
+
+  /**
+   * The backend says the lease is gone. When the server could not be reached (the backend says
+   * so, or our renewals have been failing), that is the reason the user needs to hear: a
+   * session that expired because no keepalive got through is an unreachable server.
+   */
+  reportedLost(cause: unknown): void {
+    const unreachable = cause instanceof LockServerUnreachableError || this.renewFailure !== undefined;
+    this.markLost(unreachable ? 'server-unreachable' : 'backend-reported', cause);
   }
 
   markLost(reason: LockLostReason, cause?: unknown): void {

@@ -90,12 +90,24 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
 
   /** Waits (FIFO) up to `waitTimeoutMs`, then rejects with LockTimeoutError. */
   acquire(name: string, options?: AcquireOptions): Promise<LockHandle> {
-    return this.acquireWith(name, resolveLockOptions(options, this.options), options?.signal, 'LockService.acquire');
+    let resolved: ResolvedLockOptions;
+    try {
+      resolved = resolveLockOptions(options, this.options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.acquireWith(name, resolved, options?.signal, 'LockService.acquire');
   }
 
   /** Takes the lock only if it is free now (or re-entered); `null` otherwise. Never waits. */
   tryAcquire(name: string, options?: LockOptions): Promise<LockHandle | null> {
-    return this.take(name, resolveLockOptions(options, this.options, CALL_OPTION_FIELDS), undefined, 'LockService.tryAcquire', false);
+    let resolved: ResolvedLockOptions;
+    try {
+      resolved = resolveLockOptions(options, this.options, CALL_OPTION_FIELDS);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.take(name, resolved, undefined, 'LockService.tryAcquire', false);
   }
 
   /**

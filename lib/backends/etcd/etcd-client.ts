@@ -43,6 +43,12 @@ export function createEtcdClient(options: EtcdBackendOptions, hosts: string | st
     credentials: options.credentials,
     defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + attemptTimeoutMs }),
     faultHandling: { host: () => noPolicy, global: retryPolicy(etcd3.isRecoverableError) },
+    // gRPC backs off reconnects up to 120 s by default: a server that comes back would wait that
+    // long to be used. Retry at least every attempt timeout instead.
+    grpcOptions: {
+      'grpc.initial_reconnect_backoff_ms': Math.min(250, attemptTimeoutMs),
+      'grpc.max_reconnect_backoff_ms': Math.max(250, attemptTimeoutMs),
+    },
   });
 }
 
