@@ -110,14 +110,28 @@ export function startupCases(context: FailureContext): void {
       assert.equal(warnings.length, 1, `expected one warning naming ${address}; the log: ${JSON.stringify(logger.entries)}`);
     });
 
-    it('once the server is started, a call succeeds', { timeout: 30_000 }, async (t) => {
+    it('once the server is started, a call succeeds within a bound (calls before the reconnect say unreachable)', { timeout: 30_000 }, async (t) => {
       assert.ok(app, 'the application did not boot');
       await context.target().faults!.start();
-      const outcome = await timed(() => app!.get(LockService).acquire(context.newKey(), { waitTimeoutMs: RECOVERY_BOUND_MS }), RECOVERY_BOUND_MS + GRACE_MS);
-      t.diagnostic(`acquire after the start ended with ${describeError(outcome.error ?? 'a lock')}`);
-      assert.equal(outcome.error, undefined);
-      withinBound(t, 'acquire after the server started', outcome.ms, RECOVERY_BOUND_MS);
-      await outcome.value!.release();
+      const started = performance.now();
+      const failures: string[] = [];
+      let succeeded = false;
+      for (;;) {
+        const left = RECOVERY_BOUND_MS - (performance.now() - started);
+        if (left <= 0) break;
+        const outcome = await timed(() => app!.get(LockService).acquire(context.newKey(), { waitTimeoutMs: left }), left + GRACE_MS);
+        if (outcome.error === undefined) {
+          await outcome.value!.release();
+          succeeded = true;
+          break;
+        }
+        failures.push(describeError(outcome.error));
+        assertUnreachable(outcome, context.target().direct.address, 'an acquire while the client reconnects');
+      }
+      const ms = performance.now() - started;
+      t.diagnostic(`calls that failed first: ${failures.length ? failures.join(' | ') : 'none'}`);
+      withinBound(t, 'a call succeeded after the server started', ms, RECOVERY_BOUND_MS);
+      assert.ok(succeeded, 'no call succeeded after the server started');
     });
   });
 }
