@@ -181,6 +181,17 @@ export class EtcdSession {
 
   private checkDeadline(): void {
     if (this.lostReason !== undefined || performance.now() < this.deadline) return;
-    this.end(new Error(`the session lease (${this.ttlSeconds} s) ran out with no keepalive answered: etcd has dropped its keys`));
+    this.end(new SessionRanOut(this.ttlSeconds, Math.round(performance.now() - this.confirmedSentAt)));
+  }
+}
+
+/** The session's local deadline passed with no keepalive answered: etcd could not be reached. */
+export class SessionRanOut extends Error {
+  constructor(
+    ttlSeconds: number,
+    /** Since the newest keepalive etcd answered was sent. */
+    readonly silentMs: number,
+  ) {
+    super(`the session lease (${ttlSeconds} s) ran out with no keepalive answered: etcd has dropped its keys`);
   }
 }

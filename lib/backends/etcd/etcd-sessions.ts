@@ -28,6 +28,8 @@ export class EtcdSessions {
   private warnTimer?: NodeJS.Timeout;
   private lastError?: Error;
   private askedAt = performance.now();
+  /** Failed attempts in a row: the next retry pause. */
+  private failures = 0;
 
   constructor(
     private readonly client: Etcd3,
@@ -70,6 +72,11 @@ export class EtcdSessions {
   async session(operation: string, timeoutMs = this.serverTimeoutMs): Promise<EtcdSession> {
     const live = this.live;
     if (live) return live;
+    // A caller waits: try now rather than at the end of the retry pause.
+    if (!this.opening && !this.closed) {
+      clearTimeout(this.retry);
+      this.open(this.failures);
+    }
     const startedAt = performance.now();
     let timer: NodeJS.Timeout | undefined;
     let waiter: Waiter | undefined;
@@ -106,6 +113,7 @@ export class EtcdSessions {
 
   private open(attempt: number): void {
     if (this.opening || this.closed) return;
+    this.failures = attempt;
     this.opening = true;
     if (this.current === undefined && !this.lastError) this.askedAt = performance.now();
     const startedAt = performance.now();

@@ -13,7 +13,7 @@ import { lockKeys } from './etcd-keys';
 import { Batch, LocalQueue } from './etcd-local-queue';
 import { DEFAULT_ETCD_HOSTS, etcdAddress, sessionTtlSeconds, validateEtcdOptions, type EtcdBackendOptions } from './etcd-options';
 import { ownKeyTxn, recheckTxn, rangeKvs, tryTakeTxn } from './etcd-requests';
-import type { EtcdSession } from './etcd-session';
+import { SessionRanOut, type EtcdSession } from './etcd-session';
 import { EtcdSessions } from './etcd-sessions';
 import { LocalFollowers } from './local-followers';
 
@@ -303,7 +303,11 @@ export class EtcdLockBackend implements LockBackend {
   /** Every lock and wait on a lost session ends now; the next session is being opened. */
   private readonly onSessionLost = (session: EtcdSession, reason: Error): void => {
     this.sessions.lost(session);
-    const error = new LockBackendError('etcd', 'keep its session', reason, this.address);
+    // Ran out unanswered: etcd could not be reached (the lost reason says so); else etcd said so.
+    const error =
+      reason instanceof SessionRanOut
+        ? new LockServerUnreachableError('etcd', 'keep its session', this.address, reason.silentMs, this.calls.unreachable() ?? reason)
+        : new LockBackendError('etcd', 'keep its session', reason, this.address);
     for (const [owner, held] of this.held) {
       if (held.batch.session !== session) continue;
       this.held.delete(owner);
