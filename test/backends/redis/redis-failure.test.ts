@@ -10,7 +10,7 @@ import type { RedisBackendOptions } from '../../../lib/backends/redis/redis-opti
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
 import { abortedWithin, eventually, FAULT_SUITE_TIMEOUT_MS, sleep } from '../../support/timing';
-import { BlackHoleProxy } from './black-hole-proxy';
+import { TcpProxy } from '../../support/tcp-proxy';
 
 const SERVER_TIMEOUT_MS = 1_000;
 /** Timer lateness and a reconnection attempt on a loaded 2-core machine (measured: 0-60 ms over). */
@@ -115,7 +115,7 @@ describe('redis backend when the server cannot be reached', { timeout: FAULT_SUI
   }
 
   it('connection black-holed (a proxy that keeps the socket and forwards nothing): calls fail by serverTimeoutMs naming the proxy', async (t) => {
-    const proxy = await BlackHoleProxy.start(redis.port);
+    const proxy = await TcpProxy.start(redis.port);
     cleanups.push(() => proxy.stop());
     const address = `127.0.0.1:${proxy.port}`;
     const { service } = await open({ type: 'redis', url: `redis://${address}` });
