@@ -244,7 +244,8 @@ export class LockLease {
       }
       this.renewFailure = error;
       if (!this.isActive) return;
-      this.renewAt = drainedOr(this.drained, performance.now() + Math.max(this.interval() / 3, 10));
+      // At shutdown no renewal is due any more.
+      this.renewAt = this.drained ? Infinity : performance.now() + Math.max(this.interval() / 3, 10);
       this.arm();
     }
   }
@@ -298,11 +299,6 @@ export class LockLease {
     const waitMs = Math.min(validForMs ?? 0, this.serverTimeoutMs);
     if (waitMs > 0) await untilSettledOr(settled, waitMs);
   }
-}
-
-/** At shutdown no renewal is due any more. */
-function drainedOr(drained: unknown, at: number): number {
-  return drained ? Infinity : at;
 }
 
 /** Resolves when `settled` does or after `ms`, whichever is first. */
