@@ -4,13 +4,14 @@ import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import { BackendLifecycle } from '../backend-lifecycle';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
-import { PendingWait } from '../pending-wait';
+import type { BatchEntries } from '../local-queue/local-queues';
+import { LocalQueues } from '../local-queue/local-queues';
 import { EtcdAcquisition, watchSafetyNetMs } from './etcd-acquisition';
 import { EtcdCalls } from './etcd-calls';
 import { ATTEMPTS, createEtcdClient, suppliedClientAddress } from './etcd-client';
 import { EtcdKeyDeletes, LATE_PUT_MS } from './etcd-key-deletes';
 import { lockKeys } from './etcd-keys';
-import { Batch, LocalQueue } from './etcd-local-queue';
+import { EtcdBatch } from './etcd-batch';
 import { DEFAULT_ETCD_HOSTS, etcdAddress, sessionTtlSeconds, validateEtcdOptions, type EtcdBackendOptions } from './etcd-options';
 import { ownKeyTxn, recheckTxn, rangeKvs, tryTakeTxn } from './etcd-requests';
 import { SessionRanOut, type EtcdSession } from './etcd-session';
@@ -20,7 +21,7 @@ import { LocalFollowers } from './local-followers';
 interface HeldLock {
   readonly grant: LockGrant;
   readonly lost: AbortController;
-  readonly batch: Batch;
+  readonly batch: EtcdBatch;
 }
 
 /** What the backend needs besides the client; see createEtcdBackend. */
@@ -38,10 +39,10 @@ export interface EtcdBackendConfig {
  * Locks on etcd with the recipe of etcd's own concurrency.Mutex: one session lease per backend
  * (per process), a key per queued batch of callers under the lock name's prefix, the lowest
  * create revision holds, each batch watches only its predecessor. A process's callers of one
- * name share a key (see Batch); the fencing token is the key's create revision shifted left by
+ * name share a key (LocalQueues); the fencing token is the key's create revision shifted left by
  * 16 bits, plus the caller's turn under that key.
  */
-export class EtcdLockBackend implements LockBackend {
+export class EtcdLockBackend implements LockBackend, BatchEntries<EtcdBatch> {
   readonly name = 'etcd';
   readonly maxKeyBytes = 1024;
   readonly address: string;
@@ -49,8 +50,13 @@ export class EtcdLockBackend implements LockBackend {
   private readonly calls: EtcdCalls;
   private readonly sessions: EtcdSessions;
   private readonly held = new Map<string, HeldLock>();
-  /** This process's callers by lock name. */
-  private readonly queues = new Map<string, LocalQueue>();
+  /** This process's callers by lock name, in batches behind one key each. */
+  private readonly queues = new LocalQueues<EtcdBatch>(
+    this,
+    (name, id) => new EtcdBatch(name, id),
+    () => this.lifecycle.isOpen,
+    () => this.lifecycle.closedWhileWaiting(),
+  );
   /** Queued batches by their own key (latin1), for the hand-off of a local release. */
   private readonly waiting = new Map<string, EtcdAcquisition>();
   private readonly deletes: EtcdKeyDeletes;
@@ -81,26 +87,13 @@ export class EtcdLockBackend implements LockBackend {
   }
 
   /**
-   * Joins this process's batch for the name (see Batch). The wait is bounded by the request's
+   * Joins this process's batch for the name (LocalQueues). The wait is bounded by the request's
    * signal only: LockService aborts it at waitTimeoutMs and asks unreachable() why.
    */
   async acquire(request: AcquireRequest): Promise<LockGrant> {
     this.lifecycle.assertOpen();
     request.signal.throwIfAborted();
-    let queue = this.queues.get(request.key);
-    if (!queue) this.queues.set(request.key, (queue = new LocalQueue(request.key)));
-    const wait = new PendingWait<LockGrant>();
-    const batch = queue.join({ request, wait });
-    wait.listen(request.signal, () => this.left(queue, batch, request.signal.reason));
-    // On the next turn of the event loop, so that a burst's callers all join this batch.
-    if (batch.state === 'open' && !queue.pumpScheduled) {
-      queue.pumpScheduled = true;
-      setImmediate(() => {
-        queue.pumpScheduled = false;
-        this.pump(queue);
-      });
-    }
-    return wait.promise;
+    return this.queues.acquire(request);
   }
 
   /**
@@ -112,12 +105,12 @@ export class EtcdLockBackend implements LockBackend {
     return this.tryTake(request, true);
   }
 
-  /** `retryOnNewSession`: as for enqueue(). */
+  /** `retryOnNewSession`: as for send(). */
   private async tryTake(request: Omit<AcquireRequest, 'signal'>, retryOnNewSession: boolean): Promise<LockGrant | null> {
     const { key, owner } = request;
     if (this.queues.has(key)) return null;
     const session = await this.sessions.session('take a lock');
-    const batch = new Batch(key, owner);
+    const batch = new EtcdBatch(key, owner);
     batch.keys = lockKeys(key, session.leaseId, owner);
     batch.session = session;
     let response: ITxnResponse;
@@ -129,13 +122,10 @@ export class EtcdLockBackend implements LockBackend {
       throw error;
     }
     if (!response.succeeded) return null;
-    batch.revision = BigInt(response.header.revision);
-    batch.state = 'holding';
-    let queue = this.queues.get(key);
-    if (!queue) this.queues.set(key, (queue = new LocalQueue(key)));
     // Callers that queued meanwhile put their key after ours: they wait for this one.
-    queue.batches.unshift(batch);
-    return this.hold(key, owner, batch);
+    this.queues.adopt(batch, BigInt(response.header.revision));
+    batch.holder = owner;
+    return this.grant(batch, request);
   }
 
   /**
@@ -147,40 +137,29 @@ export class EtcdLockBackend implements LockBackend {
     if (!held) return false;
     const { batch } = held;
     if (!batch.session!.alive) return false;
-    const response = await this.txn(batch.session!, 'renew a lock', ownKeyTxn(batch.keys!, batch.revision!));
+    const response = await this.txn(batch.session!, 'renew a lock', ownKeyTxn(batch.keys!, batch.entryToken!));
     if (response.succeeded && batch.session!.alive) return true;
     this.held.delete(grant.owner);
-    if (!response.succeeded) this.ended(batch, this.keyGone('renew a lock'));
+    if (!response.succeeded) this.queues.end(batch, this.keyGone('renew a lock'));
     return false;
   }
 
   /**
-   * Hands the lock to the next caller of this batch, with no round trip (our key stays the
-   * lowest), when the lease is known valid (`validForMs`); otherwise confirms first that the key
-   * still holds the lock. With no caller left: one transaction deletes our key, and grants a
-   * batch of this process that its answer shows as the lowest key.
+   * The next caller of this batch gets the lock with no round trip (LocalQueues.release); with
+   * no caller left one transaction deletes our key, and grants a batch of this process that its
+   * answer shows as the lowest key.
    */
   async release(grant: LockGrant, validForMs?: number): Promise<void> {
     const held = this.heldFor(grant);
     if (!held) return;
     this.held.delete(grant.owner);
-    const { batch } = held;
-    batch.holder = undefined;
-    // A lost session's keys go with its lease.
-    if (batch.state !== 'holding' || !batch.session!.alive) return;
-    if (batch.hasMembers && this.lifecycle.isOpen) return validForMs === undefined ? this.confirmThenServe(batch) : this.serve(batch);
-    await this.finish(batch);
+    await this.queues.release(held.batch, validForMs);
   }
 
   async close(): Promise<void> {
     if (!this.lifecycle.beginClose()) return;
     const waitError = this.lifecycle.closedWhileWaiting();
-    for (const queue of [...this.queues.values()]) {
-      for (const batch of [...queue.batches]) {
-        if (batch.acquisition && batch.state !== 'holding') batch.acquisition.stop(waitError);
-        this.ended(batch, waitError);
-      }
-    }
+    this.queues.closeAll(waitError);
     const heldError = this.lifecycle.closedWhileHeld();
     for (const held of this.held.values()) held.lost.abort(heldError);
     this.held.clear();
@@ -191,23 +170,18 @@ export class EtcdLockBackend implements LockBackend {
     if (this.config.ownsClient) this.client.close();
   }
 
-  /** Puts the key of the queue's next batch, once the put before it has answered. */
-  private pump(queue: LocalQueue): void {
-    const batch = queue.sendable();
-    if (!batch || !this.lifecycle.isOpen) return;
-    if (!batch.hasMembers) return this.ended(batch);
-    batch.state = 'sending';
-    // Bounded like any call: an acquisition ends by min(waitTimeoutMs, serverTimeoutMs) when etcd cannot be reached.
+  /** BatchEntries: puts the batch's key once there is a session (bounded like any call). */
+  send(batch: EtcdBatch): void {
     this.sessions.session('queue for a lock').then(
-      (session) => this.enqueue(queue, batch, session, true),
-      (error) => this.ended(batch, error),
+      (session) => this.enqueue(batch, session, true),
+      (error) => this.queues.end(batch, error),
     );
   }
 
   /** `retryOnNewSession`: etcd may have dropped the session before this process noticed, and the put then fails ("lease not found"): a batch not queued yet queues once more, on a new session. */
-  private enqueue(queue: LocalQueue, batch: Batch, session: EtcdSession, retryOnNewSession: boolean): void {
+  private enqueue(batch: EtcdBatch, session: EtcdSession, retryOnNewSession: boolean): void {
     if (batch.state !== 'sending') return;
-    if (!batch.hasMembers || !this.lifecycle.isOpen) return this.ended(batch);
+    if (!batch.hasCallers || !this.lifecycle.isOpen) return this.queues.end(batch);
     const keys = lockKeys(batch.name, session.leaseId, batch.id);
     const ownId = keys.own.toString('latin1');
     batch.keys = keys;
@@ -221,18 +195,16 @@ export class EtcdLockBackend implements LockBackend {
       {
         granted: (revision) => {
           this.waiting.delete(ownId);
-          batch.revision = revision;
-          batch.state = 'holding';
-          this.serve(batch);
+          this.queues.holds(batch, revision);
         },
         failed: (error) => {
           this.waiting.delete(ownId);
           if (batch.state === 'ended') return;
-          const retry = retryOnNewSession && !acquisition.queued && this.sessionDropped(session, error) && batch.hasMembers;
-          if (!retry) return this.ended(batch, error);
+          const retry = retryOnNewSession && !acquisition.queued && this.sessionDropped(session, error) && batch.hasCallers;
+          if (!retry) return this.queues.end(batch, error);
           this.sessions.session('queue for a lock').then(
-            (next) => this.enqueue(queue, batch, next, false),
-            (refused) => this.ended(batch, refused),
+            (next) => this.enqueue(batch, next, false),
+            (refused) => this.queues.end(batch, refused),
           );
         },
         cleanup: (revision) => (revision === undefined ? this.deletes.deleteUnsure(keys, session) : void this.deletes.delete(keys, revision, session).catch(() => undefined)),
@@ -241,63 +213,51 @@ export class EtcdLockBackend implements LockBackend {
     );
     batch.acquisition = acquisition;
     this.waiting.set(ownId, acquisition);
-    void acquisition.start().then(() => {
-      if (batch.state === 'sending' && acquisition.queued) batch.state = 'queued';
-      this.pump(queue);
-    });
+    void acquisition.start().then(() => this.queues.sent(batch, acquisition.queued));
   }
 
-  /** Our key holds the lock: the batch's next caller gets it. */
-  private serve(batch: Batch): void {
-    if (batch.state !== 'holding' || batch.holder !== undefined) return;
-    // Checking it fires onSessionLost when the session's deadline passed: that ends the batch.
-    if (!batch.session!.alive) return;
-    const member = batch.next();
-    if (!member) return void this.finish(batch).catch(() => undefined);
-    member.wait.resolve(this.hold(member.request.key, member.request.owner, batch));
+  /** BatchEntries: a batch still waiting for a session ends when that session comes (enqueue). */
+  withdraw(batch: EtcdBatch, reason: unknown): void {
+    batch.acquisition?.stop(reason);
   }
 
-  /** The previous holder's lease ran out here: read that our key still holds before serving on. */
-  private confirmThenServe(batch: Batch): void {
-    this.txn(batch.session!, 'queue for a lock', recheckTxn(batch.keys!, batch.revision!)).then(
-      (response) => {
-        if (response.succeeded && rangeKvs(response, 0).length === 0) return this.serve(batch);
-        // Gone, or (a put that committed late) no longer the lowest: its callers start again.
-        const lost = response.succeeded ? new Error('another key now precedes the lock key') : undefined;
-        this.ended(batch, lost ? new LockBackendError('etcd', 'keep its place in the queue', lost, this.address) : this.keyGone('keep its place in the queue'));
-        if (response.succeeded) void this.deletes.delete(batch.keys!, batch.revision, batch.session!).catch(() => undefined);
-      },
-      (error) => {
-        this.ended(batch, error);
-        void this.deletes.delete(batch.keys!, batch.revision, batch.session!).catch(() => undefined);
-      },
-    );
+  /** BatchEntries: the key goes, granting the next batch of the process if it is next. */
+  async remove(batch: EtcdBatch): Promise<void> {
+    await this.deletes.delete(batch.keys!, batch.entryToken, batch.session!);
   }
 
-  /** No caller left: the batch leaves, and its key goes (granting the next batch of the process, if it is next). */
-  private async finish(batch: Batch): Promise<void> {
-    this.ended(batch);
-    await this.deletes.delete(batch.keys!, batch.revision, batch.session!);
+  /** BatchEntries: checking the session fires onSessionLost when its deadline passed, which ends the batch. */
+  usable(batch: EtcdBatch): boolean {
+    return batch.session!.alive;
   }
 
-  /** A caller of `batch` gave up: a batch nobody waits in any more leaves the queue. */
-  private left(queue: LocalQueue, batch: Batch, reason: unknown): void {
-    if (batch.hasMembers || batch.state === 'holding' || batch.state === 'ended') return;
-    if (batch.acquisition) batch.acquisition.stop(reason);
-    else if (batch.state === 'open') this.ended(batch);
-    this.pump(queue);
+  /** BatchEntries: the previous holder's lease ran out here: read that our key still holds. */
+  async confirm(batch: EtcdBatch): Promise<true | Error> {
+    let response: ITxnResponse;
+    try {
+      response = await this.txn(batch.session!, 'queue for a lock', recheckTxn(batch.keys!, batch.entryToken!));
+    } catch (error) {
+      void this.deletes.delete(batch.keys!, batch.entryToken, batch.session!).catch(() => undefined);
+      return error as Error;
+    }
+    if (!response.succeeded) return this.keyGone('keep its place in the queue');
+    if (rangeKvs(response, 0).length === 0) return true;
+    // A put that committed late is no longer the lowest: its callers start again.
+    void this.deletes.delete(batch.keys!, batch.entryToken, batch.session!).catch(() => undefined);
+    return new LockBackendError('etcd', 'keep its place in the queue', new Error('another key now precedes the lock key'), this.address);
   }
 
-  /** The batch is over: its remaining callers get `error`, and the queue moves on. */
-  private ended(batch: Batch, error?: unknown): void {
-    if (batch.state === 'ended') return;
-    batch.state = 'ended';
-    batch.rejectAll(error ?? this.lifecycle.closedWhileWaiting());
-    const queue = this.queues.get(batch.name);
-    if (!queue) return;
-    queue.remove(batch);
-    if (queue.empty) this.queues.delete(batch.name);
-    else this.pump(queue);
+  /** BatchEntries: the grant of a caller served under the batch's key. */
+  grant(batch: EtcdBatch, { key, owner }: Pick<AcquireRequest, 'key' | 'owner'>): LockGrant {
+    const lost = new AbortController();
+    const grant: LockGrant = { key, owner, fencingToken: batch.token(), lost: lost.signal };
+    this.held.set(owner, { grant, lost, batch });
+    // Granted by an answer that raced with the session's loss: report it lost at once.
+    if (!batch.session!.alive && this.held.get(owner)?.grant === grant) {
+      this.held.delete(owner);
+      lost.abort(new LockBackendError('etcd', 'keep its session', batch.session!.reason, this.address));
+    }
+    return grant;
   }
 
   /** Every lock and wait on a lost session ends now; the next session is being opened. */
@@ -313,12 +273,10 @@ export class EtcdLockBackend implements LockBackend {
       this.held.delete(owner);
       held.lost.abort(error);
     }
-    for (const queue of [...this.queues.values()]) {
-      for (const batch of [...queue.batches]) {
-        if (batch.session !== session) continue;
-        if (batch.state === 'holding') this.ended(batch, error);
-        else batch.acquisition?.stop(error);
-      }
+    for (const batch of this.queues.batches()) {
+      if (batch.session !== session) continue;
+      if (batch.state === 'holding') this.queues.end(batch, error);
+      else batch.acquisition?.stop(error);
     }
     // If the server still has it (we only lost contact), its keys go now rather than at its ttl.
     if (this.lifecycle.isOpen) void session.revoke(this.config.serverTimeoutMs);
@@ -336,19 +294,6 @@ export class EtcdLockBackend implements LockBackend {
   private heldFor(grant: LockGrant): HeldLock | undefined {
     const held = this.held.get(grant.owner);
     return held?.grant.fencingToken === grant.fencingToken ? held : undefined;
-  }
-
-  private hold(key: string, owner: string, batch: Batch): LockGrant {
-    const lost = new AbortController();
-    const grant: LockGrant = { key, owner, fencingToken: batch.token(), lost: lost.signal };
-    this.held.set(owner, { grant, lost, batch });
-    batch.holder = owner;
-    // Granted by an answer that raced with the session's loss: report it lost at once.
-    if (!batch.session!.alive && this.held.get(owner)?.grant === grant) {
-      this.held.delete(owner);
-      lost.abort(new LockBackendError('etcd', 'keep its session', batch.session!.reason, this.address));
-    }
-    return grant;
   }
 
   private keyGone(operation: string): LockBackendError {

@@ -1,0 +1,82 @@
+import type { AcquireRequest, LockGrant } from '../lock-backend.interface';
+import type { PendingWait } from '../pending-wait';
+
+/**
+ * Bits of a fencing token left for the turn within a batch: the token of the n-th caller served
+ * under one server entry is `(entry token << 16) + n`. Strictly increasing across processes as
+ * long as the server's entry tokens are: an entry granted later has a higher token, and within
+ * a batch n grows. A batch takes at most 2^16 callers, so a token stays inside a signed 64-bit
+ * column while entry tokens stay below 2^47.
+ */
+export const TURN_BITS = 16n;
+const BATCH_LIMIT = 2 ** Number(TURN_BITS);
+
+/** The fencing token of turn `turn` under an entry whose server token is `entryToken`. */
+export function batchToken(entryToken: bigint, turn: bigint): bigint {
+  return (entryToken << TURN_BITS) + turn;
+}
+
+/** One caller of this process waiting for one name. */
+export interface QueuedCaller {
+  readonly request: AcquireRequest;
+  readonly wait: PendingWait<LockGrant>;
+}
+
+/**
+ * open: taking callers, nothing sent yet; sending: the entry is being put at the server;
+ * queued: the entry waits in the server's queue; holding: the entry holds the lock; ended.
+ */
+export type BatchState = 'open' | 'sending' | 'queued' | 'holding' | 'ended';
+
+/**
+ * Callers of this process queued behind one server-side entry for one name. The callers that
+ * arrive before the entry is sent share it and are served one after the other while it holds
+ * the lock: a burst of a thousand callers costs one entry put and one removed. Backends extend
+ * it with what their entry needs (keys, session, lease).
+ */
+export class Batch {
+  state: BatchState = 'open';
+  private readonly callers: QueuedCaller[] = [];
+  private joined = 0;
+  private served = 0n;
+  /** The server's fencing token for this batch's entry, once it holds. */
+  entryToken?: bigint;
+  /** The owner served now, if any. */
+  holder?: string;
+
+  constructor(
+    readonly name: string,
+    /** Unique within the process: backends use it to name the entry. */
+    readonly id: string,
+  ) {}
+
+  get full(): boolean {
+    return this.joined >= BATCH_LIMIT;
+  }
+
+  add(caller: QueuedCaller): void {
+    this.callers.push(caller);
+    this.joined++;
+  }
+
+  /** Some caller still waits. */
+  get hasCallers(): boolean {
+    return this.callers.some((caller) => !caller.wait.isSettled);
+  }
+
+  /** The next caller still waiting, taken off the batch. */
+  next(): QueuedCaller | undefined {
+    for (let caller = this.callers.shift(); caller; caller = this.callers.shift()) if (!caller.wait.isSettled) return caller;
+    return undefined;
+  }
+
+  /** The next turn's fencing token. */
+  token(): bigint {
+    return batchToken(this.entryToken!, this.served++);
+  }
+
+  /** Ends every wait still pending with `error`. */
+  rejectAll(error: unknown): void {
+    for (const caller of this.callers.splice(0)) caller.wait.reject(error);
+  }
+}

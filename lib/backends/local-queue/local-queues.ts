@@ -1,0 +1,201 @@
+import type { AcquireRequest, LockGrant } from '../lock-backend.interface';
+import { PendingWait } from '../pending-wait';
+import type { Batch } from './batch';
+
+/**
+ * What a backend does at its server for the batches of LocalQueues: put an entry, let it go,
+ * check it still holds. Everything else of the in-process hand-over (who joins which batch,
+ * FIFO across batches, serving callers in turn, giving up) is LocalQueues' own.
+ */
+export interface BatchEntries<B extends Batch> {
+  /**
+   * Put the batch's entry in the server's queue (its state is 'sending'). Report with
+   * LocalQueues.sent once the server answered, holds when the entry holds the lock, and end
+   * when it failed.
+   */
+  send(batch: B): void;
+  /** Take back the entry of a batch that is sending or queued: its callers all left, or the backend closes. */
+  withdraw(batch: B, reason: unknown): void;
+  /** Remove the entry of a batch that held and has nobody left (the server grants whoever is next). */
+  remove(batch: B): Promise<void>;
+  /**
+   * A holder let go without knowing its lease valid: does the entry still hold the lock? An
+   * Error ends the batch with it (the backend removes what is left of the entry itself).
+   */
+  confirm(batch: B): Promise<true | Error>;
+  /** False when the entry can no longer serve (a lost session): the backend ends the batch itself. */
+  usable(batch: B): boolean;
+  /** Record and return the grant of `request` under the batch, with the token `batch.token()`. */
+  grant(batch: B, request: AcquireRequest): LockGrant;
+}
+
+/** The batches of one name in this process, oldest first. */
+class NameQueue<B extends Batch> {
+  readonly batches: B[] = [];
+  pumpScheduled = false;
+
+  /** The batch whose entry may be sent now: one at a time per name, in the order callers arrived. */
+  sendable(): B | undefined {
+    for (const batch of this.batches) {
+      if (batch.state === 'open') return batch;
+      if (batch.state === 'sending') return undefined;
+    }
+    return undefined;
+  }
+}
+
+/** Batch ids are never reused in a process, so an entry once removed is never mistaken for a new one. */
+let batchSeq = 0;
+
+/**
+ * The in-process hand-over every queueing backend shares: a process's callers of one name queue
+ * behind one server-side entry per batch (see Batch), and a holder that lets go hands the lock to
+ * the next caller of its batch with no round trip while the entry holds. A caller that arrives
+ * once the batch's entry is sent joins the next batch, queued at the server behind whatever other
+ * processes queued meanwhile: first come first served across processes.
+ */
+export class LocalQueues<B extends Batch> {
+  private readonly queues = new Map<string, NameQueue<B>>();
+
+  constructor(
+    private readonly entries: BatchEntries<B>,
+    private readonly newBatch: (name: string, id: string) => B,
+    private readonly isOpen: () => boolean,
+    /** What callers still waiting get when their batch ends without a reason (the backend closed). */
+    private readonly closedWhileWaiting: () => unknown,
+  ) {}
+
+  /**
+   * Joins this process's open batch for the name; its entry is sent on the next turn of the
+   * event loop, so that a burst's callers all join one batch. Bounded by the request's signal.
+   */
+  acquire(request: AcquireRequest): Promise<LockGrant> {
+    const queue = this.queueOf(request.key);
+    const wait = new PendingWait<LockGrant>();
+    let batch = queue.batches.at(-1);
+    if (!batch || batch.state !== 'open' || batch.full) {
+      batch = this.newBatch(request.key, `~q${(batchSeq++).toString(36)}`);
+      queue.batches.push(batch);
+    }
+    const joined = batch;
+    joined.add({ request, wait });
+    wait.listen(request.signal, () => this.left(queue, joined, request.signal.reason));
+    if (joined.state === 'open' && !queue.pumpScheduled) {
+      queue.pumpScheduled = true;
+      setImmediate(() => {
+        queue.pumpScheduled = false;
+        this.pump(queue);
+      });
+    }
+    return wait.promise;
+  }
+
+  /** Some caller of this process queues for or holds the name: a try must fail without asking. */
+  has(name: string): boolean {
+    return this.queues.has(name);
+  }
+
+  /** A batch that took the lock outright (a try): it holds, ahead of any batch queued meanwhile. */
+  adopt(batch: B, entryToken: bigint): void {
+    batch.entryToken = entryToken;
+    batch.state = 'holding';
+    this.queueOf(batch.name).batches.unshift(batch);
+  }
+
+  /** Every batch, of every name. */
+  *batches(): Iterable<B> {
+    for (const queue of [...this.queues.values()]) yield* [...queue.batches];
+  }
+
+  /** The server answered the batch's put: the next batch of the name may be sent. */
+  sent(batch: B, queued: boolean): void {
+    if (batch.state === 'sending' && queued) batch.state = 'queued';
+    const queue = this.queues.get(batch.name);
+    if (queue) this.pump(queue);
+  }
+
+  /** The batch's entry holds the lock, with the server's token: its first caller gets it. */
+  holds(batch: B, entryToken: bigint): void {
+    if (batch.state === 'ended') return;
+    batch.entryToken = entryToken;
+    batch.state = 'holding';
+    this.serve(batch);
+  }
+
+  /**
+   * The holder of `batch` let go. The next caller of the batch gets the lock at once when the
+   * lease is known valid (`validForMs`), after a check that the entry still holds otherwise; with
+   * nobody left the entry is removed.
+   */
+  async release(batch: B, validForMs: number | undefined): Promise<void> {
+    batch.holder = undefined;
+    if (batch.state !== 'holding' || !this.entries.usable(batch)) return;
+    if (batch.hasCallers && this.isOpen()) return validForMs === undefined ? this.confirmThenServe(batch) : this.serve(batch);
+    await this.finish(batch);
+  }
+
+  /** The batch is over: its callers still waiting get `error`, and the name's queue moves on. */
+  end(batch: B, error?: unknown): void {
+    if (batch.state === 'ended') return;
+    batch.state = 'ended';
+    batch.rejectAll(error ?? this.closedWhileWaiting());
+    const queue = this.queues.get(batch.name);
+    if (!queue) return;
+    const index = queue.batches.indexOf(batch);
+    if (index >= 0) queue.batches.splice(index, 1);
+    if (queue.batches.length === 0) this.queues.delete(batch.name);
+    else this.pump(queue);
+  }
+
+  /** The backend closes: every batch ends with `error`, entries still queued are taken back. */
+  closeAll(error: unknown): void {
+    for (const batch of this.batches()) {
+      if (batch.state === 'sending' || batch.state === 'queued') this.entries.withdraw(batch, error);
+      this.end(batch, error);
+    }
+  }
+
+  private queueOf(name: string): NameQueue<B> {
+    let queue = this.queues.get(name);
+    if (!queue) this.queues.set(name, (queue = new NameQueue<B>()));
+    return queue;
+  }
+
+  private pump(queue: NameQueue<B>): void {
+    const batch = queue.sendable();
+    if (!batch || !this.isOpen()) return;
+    if (!batch.hasCallers) return this.end(batch);
+    batch.state = 'sending';
+    this.entries.send(batch);
+  }
+
+  /** The entry holds and nobody is served: the batch's next caller gets the lock. */
+  private serve(batch: B): void {
+    if (batch.state !== 'holding' || batch.holder !== undefined || !this.entries.usable(batch)) return;
+    const caller = batch.next();
+    if (!caller) return void this.finish(batch).catch(() => undefined);
+    const grant = this.entries.grant(batch, caller.request);
+    batch.holder = caller.request.owner;
+    caller.wait.resolve(grant);
+  }
+
+  private confirmThenServe(batch: B): void {
+    this.entries.confirm(batch).then(
+      (held) => (held === true ? this.serve(batch) : this.end(batch, held)),
+      (error) => this.end(batch, error),
+    );
+  }
+
+  private async finish(batch: B): Promise<void> {
+    this.end(batch);
+    await this.entries.remove(batch);
+  }
+
+  /** A caller of `batch` gave up: a batch nobody waits in any more leaves the queue. */
+  private left(queue: NameQueue<B>, batch: B, reason: unknown): void {
+    if (batch.hasCallers || batch.state === 'holding' || batch.state === 'ended') return;
+    if (batch.state === 'open') this.end(batch);
+    else this.entries.withdraw(batch, reason);
+    this.pump(queue);
+  }
+}
