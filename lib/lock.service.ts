@@ -185,8 +185,9 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
    * (the caller is not kept waiting). A re-entrant handle's lock is its outer holder's to keep.
    */
   private releaseAfterMinHold(handle: LockHandle, minHoldMs: number): Promise<void> {
+    if (minHoldMs === 0 || handle.reentrant) return handle.release();
     const leftMs = minHoldMs - handle.lease.heldMs;
-    if (leftMs <= 0 || handle.reentrant || !handle.lease.isActive) return handle.release();
+    if (leftMs <= 0 || !handle.lease.isActive) return handle.release();
     // Not kept alive: a process that exits meanwhile leaves the lock to its lease, which covers minHoldMs.
     const timer = deadlines.add(performance.now() + leftMs, () => {
       this.minHolds.delete(handle);
