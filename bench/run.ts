@@ -10,6 +10,7 @@ type Section = { name: string; run: () => Promise<void> };
 /** Backends add their section here. */
 const SECTIONS: Section[] = [
   { name: 'memory', run: () => import('./memory.bench').then((m) => m.run()) },
+  { name: 'diagnostics', run: () => import('./diagnostics.bench').then((m) => m.run()) },
   { name: 'redis', run: () => import('./redis.bench').then((m) => m.run()) },
   { name: 'etcd', run: () => import('./etcd.bench').then((m) => m.run()) },
   { name: 'zookeeper', run: () => import('./zookeeper.bench').then((m) => m.run()) },

@@ -9,6 +9,7 @@ import {
 } from './distributed-lock.module-definition';
 import { backendSettings, resolveModuleOptions, type DistributedLockModuleOptions, type ResolvedModuleOptions } from './lock-options';
 import { RESOLVED_LOCK_OPTIONS } from './lock-options.token';
+import { DistributedLockHealthIndicator } from './health/distributed-lock.health';
 import { LockService } from './lock.service';
 
 /**
@@ -28,8 +29,9 @@ import { LockService } from './lock.service';
       useFactory: (options: ResolvedModuleOptions) => createBackend(options.backend, backendSettings(options)),
     },
     LockService,
+    DistributedLockHealthIndicator,
   ],
-  exports: [LockService],
+  exports: [LockService, DistributedLockHealthIndicator],
 })
 export class DistributedLockModule extends ConfigurableModuleClass {
   static override forRoot(options: typeof OPTIONS_TYPE = {}): DynamicModule {

@@ -13,8 +13,23 @@ export {
   type BackendOptions,
   type DistributedLockModuleOptions,
   type LockOptions,
+  type MetricsRegistry,
   type OnLockLost,
+  type OnTimeout,
+  type RunOptions,
+  type WithLockOptions,
 } from './lock-options';
+export { DistributedLockHealthIndicator, HEALTH_CHECK_LOCK_NAME, type LockHealthResult } from './health/distributed-lock.health';
+export { LockExceptionFilter, lockErrorResponse, type LockErrorBody } from './http/lock-exception.filter';
+export {
+  LOCK_CHANNELS,
+  type AcquiredMessage,
+  type AcquireMessage,
+  type LockMessage,
+  type LostMessage,
+  type ReleasedMessage,
+  type TimedOutMessage,
+} from './diagnostics/lock-channels';
 export type { MemoryBackendOptions } from './backends/memory/memory.definition';
 export type { CustomBackendOptions } from './backends/custom/custom.definition';
 export type { BackendDefinition, BackendSettings } from './backends/backend-definition';

@@ -8,12 +8,16 @@ import type { LockLease } from './lock-lease';
 export class LockHandle {
   private releasing?: Promise<void>;
 
+  /** @internal The lease this handle holds (shared with the handles that re-entered it). */
+  readonly lease: LockLease;
+  /** True when this handle re-entered a lock the async call chain already held. */
+  readonly reentrant: boolean;
+
   /** @internal */
-  constructor(
-    readonly lease: LockLease,
-    /** True when this handle re-entered a lock the async call chain already held. */
-    readonly reentrant: boolean,
-  ) {}
+  constructor(lease: LockLease, reentrant: boolean) {
+    this.lease = lease;
+    this.reentrant = reentrant;
+  }
 
   /** The lock name as given (before the module's keyPrefix). */
   get key(): string {

@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { deadlines, type Deadline } from './deadlines';
+import { lockChannels, type LostMessage, type ReleasedMessage } from './diagnostics/lock-channels';
 import { DistributedLockError, LockLostError, LockServerUnreachableError, type LockLostReason } from './errors';
 import { assertTtl } from './lock-options';
 import { withinServerTimeout } from './server-timeout';
@@ -77,6 +78,8 @@ export class LockLease {
   private renewFailure?: unknown;
   /** Set by drain() at shutdown: renewals stop, and the lease ends with the holder or its deadline. */
   private drained?: { promise: Promise<void>; resolve: () => void };
+  /** When the grant reached this process: hold times count from here. */
+  private readonly grantedAt = performance.now();
 
   constructor(
     private readonly backend: LockBackend,
@@ -111,6 +114,11 @@ export class LockLease {
 
   get signal(): AbortSignal {
     return this.lostController.signal;
+  }
+
+  /** How long ago the grant reached this process. */
+  get heldMs(): number {
+    return performance.now() - this.grantedAt;
   }
 
   /** The last holder left and the lock was given back (or is being). */
@@ -192,6 +200,10 @@ export class LockLease {
     if (this.lostError || this.released) return;
     this.stop();
     this.lostError = new LockLostError(this.name, this.grant.fencingToken, reason, { cause });
+    if (lockChannels.lost.hasSubscribers) {
+      const { name, grant } = this;
+      lockChannels.lost.publish({ name, backend: this.backend.name, fencingToken: grant.fencingToken, reason, heldMs: performance.now() - this.grantedAt } satisfies LostMessage);
+    }
     this.lostController.abort(this.lostError);
     // Drained at shutdown: release now, once, and let shutdown go on when that is done.
     if (this.drained) this.released = this.releaseAtBackend();
@@ -287,6 +299,11 @@ export class LockLease {
       released = Promise.reject(error);
     }
     this.stop(); // once the release is on its way: it need not wait for this
+    if (lockChannels.released.hasSubscribers) {
+      const { name, grant } = this;
+      const heldMs = performance.now() - this.grantedAt;
+      lockChannels.released.publish({ name, backend: this.backend.name, fencingToken: grant.fencingToken, heldMs, wasLost: this.lostError !== undefined } satisfies ReleasedMessage);
+    }
     const settled = released.then(
       () => undefined,
       // The lease runs out on its own; failing the caller's finished work would mislead it.

@@ -30,11 +30,34 @@ export interface LockOptions {
   onLockLost?: OnLockLost;
 }
 
+/** What `withLock` and `@WithLock` do when the lock is not taken within `waitTimeoutMs`. */
+export type OnTimeout = 'throw' | 'skip';
+
 /** Per call only. */
 export interface AcquireOptions extends LockOptions {
   /** Stop waiting when this aborts; `acquire` rejects with the signal's reason. */
   signal?: AbortSignal;
 }
+
+/** Options of a call that runs code under the lock: `withLock` and `@WithLock`. */
+export interface RunOptions extends LockOptions {
+  /**
+   * Default 'throw' (LockTimeoutError). 'skip': the code does not run, the call resolves to
+   * `undefined` and a debug line is logged: a job that another replica is already running is
+   * skipped quietly. With `waitTimeoutMs: 0` it is a try.
+   */
+  onTimeout?: OnTimeout;
+  /**
+   * The lock stays held at least this long after it was taken, even when the code returns
+   * sooner: the release then happens in the background, and the caller is not delayed. Default
+   * 0. At most `ttlMs`, so the server's lease covers it. A run-once job's guard against a
+   * replica whose clock fires a little later (ShedLock's `lockAtLeastFor`).
+   */
+  minHoldMs?: number;
+}
+
+/** As RunOptions, for `withLock`, which also takes a `signal`. */
+export interface WithLockOptions extends RunOptions, AcquireOptions {}
 
 export interface DistributedLockModuleOptions extends LockOptions {
   /** Default `{ type: 'memory' }`: the embedded in-process backend. */
@@ -47,6 +70,26 @@ export interface DistributedLockModuleOptions extends LockOptions {
    * An acquisition waits at most `min(waitTimeoutMs, serverTimeoutMs)` for an unreachable server.
    */
   serverTimeoutMs?: number;
+  /**
+   * Record Prometheus metrics with `prom-client` (an optional peer: npm install prom-client).
+   * `true`: in prom-client's default registry; `{ registry }`: in that one. Default off.
+   * See the README's "Operations" section for the metric names.
+   */
+  metrics?: boolean | { registry?: MetricsRegistry };
+  /**
+   * A `lock.acquire` span per acquisition through `@opentelemetry/api` (an optional peer).
+   * Default true: on when that package is installed; false turns it off.
+   */
+  tracing?: boolean;
+}
+
+/**
+ * A prom-client `Registry` (typed by its shape, so these types never import the optional
+ * package): the library's metrics are registered there, or found there when already registered.
+ */
+export interface MetricsRegistry {
+  registerMetric(metric: never): void;
+  getSingleMetric(name: string): unknown;
 }
 
 export interface ResolvedLockOptions {
@@ -57,16 +100,42 @@ export interface ResolvedLockOptions {
   readonly onLockLost: OnLockLost;
 }
 
-export interface ResolvedModuleOptions extends ResolvedLockOptions {
+export interface ResolvedModuleOptions extends ResolvedRunOptions {
   readonly backend: BackendOptions;
   readonly keyPrefix: string;
   readonly serverTimeoutMs: number;
+  /** undefined: no metrics; null: prom-client's default registry. */
+  readonly metricsRegistry: MetricsRegistry | null | undefined;
+  readonly tracing: boolean;
 }
 
 /** The options a call may give (@WithLock, withLock, acquire, tryAcquire); `signal` where it waits. */
 const LOCK_OPTION_FIELDS = ['ttlMs', 'renewIntervalMs', 'renew', 'waitTimeoutMs', 'onLockLost'] as const;
 const ACQUIRE_OPTION_FIELDS = [...LOCK_OPTION_FIELDS, 'signal'];
-const MODULE_OPTION_FIELDS = [...LOCK_OPTION_FIELDS, 'backend', 'keyPrefix', 'serverTimeoutMs'];
+const RUN_FIELDS = [...LOCK_OPTION_FIELDS, 'onTimeout', 'minHoldMs'];
+const WITH_LOCK_FIELDS = [...RUN_FIELDS, 'signal'];
+const MODULE_OPTION_FIELDS = [...LOCK_OPTION_FIELDS, 'backend', 'keyPrefix', 'serverTimeoutMs', 'metrics', 'tracing'];
+
+/** What `withLock` and `@WithLock` add to the lock options, resolved. */
+export interface ResolvedRunOptions extends ResolvedLockOptions {
+  readonly onTimeout: OnTimeout;
+  readonly minHoldMs: number;
+}
+
+/**
+ * Resolves the options of a call that runs code under the lock (`withLock`, `@WithLock`):
+ * the lock options over the module's, then `onTimeout` and `minHoldMs`, checked against the
+ * call's ttlMs. `signal`: whether this caller may give one (withLock does, @WithLock does not).
+ */
+export function resolveRunOptions(options: RunOptions | undefined, defaults: ResolvedRunOptions, signal: boolean): ResolvedRunOptions {
+  if (!options) return defaults;
+  const resolved = resolveLockOptions(options, defaults, signal ? WITH_LOCK_FIELDS : RUN_FIELDS);
+  const onTimeout = options.onTimeout ?? defaults.onTimeout;
+  if (onTimeout !== 'throw' && onTimeout !== 'skip') throw new LockConfigError('onTimeout', `must be 'throw' or 'skip', got ${String(onTimeout)}.`);
+  const minHoldMs = options.minHoldMs ?? defaults.minHoldMs;
+  assertMilliseconds('minHoldMs', minHoldMs, (ms) => ms >= 0 && ms <= resolved.ttlMs, `0 to ttlMs (${resolved.ttlMs}) milliseconds, so the lease covers it; raise ttlMs for a longer hold`);
+  return { ...resolved, onTimeout, minHoldMs };
+}
 
 /** Validates the module options at startup, so a typo fails the boot, not the first request. */
 export function resolveModuleOptions(options: DistributedLockModuleOptions = {}): ResolvedModuleOptions {
@@ -82,7 +151,32 @@ export function resolveModuleOptions(options: DistributedLockModuleOptions = {})
   }
   const serverTimeoutMs = options.serverTimeoutMs ?? DEFAULT_SERVER_TIMEOUT_MS;
   assertMilliseconds('serverTimeoutMs', serverTimeoutMs, (ms) => ms > 0 && ms <= MAX_TIMER_MS, `above 0 and at most ${MAX_TIMER_MS} milliseconds`);
-  return { backend, keyPrefix, serverTimeoutMs, ...resolveLockOptions(options, DEFAULT_LOCK_OPTIONS, MODULE_OPTION_FIELDS) };
+  const tracing = options.tracing ?? true;
+  if (typeof tracing !== 'boolean') throw new LockConfigError('tracing', `must be true or false, got ${String(tracing)}.`);
+  return {
+    ...DEFAULT_LOCK_OPTIONS,
+    ...resolveLockOptions(options, DEFAULT_LOCK_OPTIONS, MODULE_OPTION_FIELDS),
+    backend,
+    keyPrefix,
+    serverTimeoutMs,
+    metricsRegistry: metricsRegistryOf(options.metrics),
+    tracing,
+  };
+}
+
+function metricsRegistryOf(metrics: DistributedLockModuleOptions['metrics']): MetricsRegistry | null | undefined {
+  if (metrics === undefined || metrics === false) return undefined;
+  if (metrics === true) return null;
+  if (typeof metrics !== 'object' || metrics === null) {
+    throw new LockConfigError('metrics', `must be true, false or { registry }, got ${String(metrics)}.`);
+  }
+  rejectUnknownFields(metrics, ['registry'], 'a metrics', 'metrics.');
+  const registry = metrics.registry;
+  if (registry === undefined) return null;
+  if (typeof (registry as Partial<MetricsRegistry>)?.registerMetric !== 'function' || typeof (registry as Partial<MetricsRegistry>).getSingleMetric !== 'function') {
+    throw new LockConfigError('metrics.registry', "must be a prom-client Registry (new Registry() from 'prom-client').");
+  }
+  return registry;
 }
 
 /** What a backend built by the module follows (see BackendSettings). */
@@ -91,12 +185,14 @@ export function backendSettings(options: ResolvedModuleOptions): BackendSettings
 }
 
 /** The defaults of every per-call option, before the module's options apply. */
-export const DEFAULT_LOCK_OPTIONS: ResolvedLockOptions = {
+export const DEFAULT_LOCK_OPTIONS: ResolvedRunOptions = {
   ttlMs: DEFAULT_TTL_MS,
   renewIntervalMs: undefined,
   renew: true,
   waitTimeoutMs: DEFAULT_WAIT_TIMEOUT_MS,
   onLockLost: 'throw',
+  onTimeout: 'throw',
+  minHoldMs: 0,
 };
 
 /**

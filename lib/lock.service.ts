@@ -1,23 +1,31 @@
-import { Inject, Injectable, type OnApplicationBootstrap, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import { LOCK_BACKEND } from './backends/lock-backend.token';
 import type { AcquireRequest, LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { deadlines, type Deadline } from './deadlines';
+import { lockChannels, tracingAcquire, type AcquiredMessage, type AcquireMessage, type TimedOutMessage } from './diagnostics/lock-channels';
 import { DistributedLockError, LockBackendError, LockServerUnreachableError, LockTimeoutError } from './errors';
 import { withinServerTimeout } from './server-timeout';
 import { lockContext, LockScope } from './lock-context';
+import { LockInstrumentation } from './instrumentation/lock-instrumentation';
 import { LockHandle } from './lock-handle';
 import { assertLockName, toBackendKey } from './lock-key';
 import { LockLease } from './lock-lease';
 import {
   CALL_OPTION_FIELDS,
   resolveLockOptions,
+  resolveRunOptions,
   type AcquireOptions,
   type LockOptions,
   type ResolvedLockOptions,
   type ResolvedModuleOptions,
+  type ResolvedRunOptions,
+  type RunOptions,
+  type WithLockOptions,
 } from './lock-options';
 import { RESOLVED_LOCK_OPTIONS } from './lock-options.token';
+
+const logger = new Logger('DistributedLock');
 
 /**
  * Acquire, try, run under, and look up locks. Re-entrant per async call chain: a name the chain
@@ -39,11 +47,16 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
   /** The acquisitions still waiting: shutdown stops them first. */
   private readonly waits = new Set<WaitRequest>();
   private shuttingDown = false;
+  /** Locks whose code finished before their `minHoldMs`: released by a timer, or at shutdown. */
+  private readonly minHolds = new Map<LockHandle, Deadline>();
+  private readonly instrumentation: LockInstrumentation;
 
   constructor(
     @Inject(LOCK_BACKEND) private readonly backend: LockBackend,
     @Inject(RESOLVED_LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
-  ) {}
+  ) {
+    this.instrumentation = new LockInstrumentation(options);
+  }
 
   /**
    * Registered for @WithLock once the application initialises, not when constructed: an
@@ -51,6 +64,7 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
    * those of the modules that import it (and, global, before every other module's).
    */
   onModuleInit(): void {
+    this.instrumentation.start();
     LockService.running.push(this);
   }
 
@@ -96,7 +110,7 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.acquireWith(name, resolved, options?.signal, 'LockService.acquire');
+    return this.acquireWith(name, resolved, options?.signal, 'LockService.acquire', false);
   }
 
   /** Takes the lock only if it is free now (or re-entered); `null` otherwise. Never waits. */
@@ -107,30 +121,80 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.take(name, resolved, undefined, 'LockService.tryAcquire', false);
+    return this.take(name, resolved, undefined, 'LockService.tryAcquire', false).then((handle) => {
+      if (!handle && lockChannels.timedOut.hasSubscribers) lockChannels.timedOut.publish({ name, backend: this.backend.name, waitedMs: 0 } satisfies TimedOutMessage);
+      return handle;
+    });
   }
 
   /**
    * Runs `fn` holding the lock, then releases it, whatever `fn` did. `fn`'s error is rethrown
    * after the release; when the lock was lost before `fn` finished, the call rejects with
-   * LockLostError (unless `onLockLost: 'ignore'`).
+   * LockLostError (unless `onLockLost: 'ignore'`). With `onTimeout: 'skip'`, a lock not taken
+   * within `waitTimeoutMs` resolves to `undefined` without running `fn`.
    */
-  async withLock<T>(name: string, fn: (lock: LockHandle) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
-    const resolved = resolveLockOptions(options, this.options);
-    const handle = await this.acquireWith(name, resolved, options?.signal, 'LockService.withLock');
+  withLock<T>(name: string, fn: (lock: LockHandle) => T | Promise<T>, options: WithLockOptions & { onTimeout: 'skip' }): Promise<T | undefined>;
+  withLock<T>(name: string, fn: (lock: LockHandle) => T | Promise<T>, options?: WithLockOptions): Promise<T>;
+  withLock<T>(name: string, fn: (lock: LockHandle) => T | Promise<T>, options?: WithLockOptions): Promise<T | undefined> {
+    let resolved: ResolvedRunOptions;
+    try {
+      resolved = resolveRunOptions(options, this.options, true);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.run(name, fn, resolved, options?.signal, 'LockService.withLock');
+  }
+
+  /** @internal @WithLock's way in: its method's name in logs and errors, no `signal`. */
+  runForDecorator<T>(name: string, fn: () => T | Promise<T>, options: RunOptions | undefined, method: string): Promise<T | undefined> {
+    let resolved: ResolvedRunOptions;
+    try {
+      resolved = resolveRunOptions(options, this.options, false);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.run(name, fn, resolved, undefined, method);
+  }
+
+  private async run<T>(name: string, fn: (lock: LockHandle) => T | Promise<T>, options: ResolvedRunOptions, signal: AbortSignal | undefined, method: string): Promise<T | undefined> {
+    let handle: LockHandle;
+    try {
+      handle = await this.acquireWith(name, options, signal, method, options.onTimeout === 'skip');
+    } catch (error) {
+      if (options.onTimeout !== 'skip' || !(error instanceof LockTimeoutError)) throw error;
+      logger.debug(`${method} skipped: lock "${name}" was not taken within ${error.waitedMs} ms (onTimeout: 'skip').`);
+      return undefined;
+    }
     const lease = handle.lease;
     const scope = handle.reentrant ? lockContext.getStore() : LockScope.with(lockContext.getStore(), this, lease.grant.key, handle);
     let result: T;
     try {
       result = await lockContext.run(scope!, () => fn(handle));
     } catch (error) {
-      await handle.release();
+      await this.releaseAfterMinHold(handle, options.minHoldMs);
       throw error;
     }
     const lost = lease.lost;
-    await handle.release();
-    if (lost && resolved.onLockLost === 'throw') throw lost;
+    await this.releaseAfterMinHold(handle, options.minHoldMs);
+    if (lost && options.onLockLost === 'throw') throw lost;
     return result;
+  }
+
+  /**
+   * Releases now, or, when the lock was taken less than `minHoldMs` ago, later in the background
+   * (the caller is not kept waiting). A re-entrant handle's lock is its outer holder's to keep.
+   */
+  private releaseAfterMinHold(handle: LockHandle, minHoldMs: number): Promise<void> {
+    if (minHoldMs === 0 || handle.reentrant) return handle.release();
+    const leftMs = minHoldMs - handle.lease.heldMs;
+    if (leftMs <= 0 || !handle.lease.isActive) return handle.release();
+    // Not kept alive: a process that exits meanwhile leaves the lock to its lease, which covers minHoldMs.
+    const timer = deadlines.add(performance.now() + leftMs, () => {
+      this.minHolds.delete(handle);
+      void handle.release();
+    });
+    this.minHolds.set(handle, timer);
+    return Promise.resolve();
   }
 
   /** The handle of `name` if the calling async chain holds it, else undefined. */
@@ -149,19 +213,38 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     // Waits first: a waiter woken by one of the releases below would get a lock about to go.
     const abandoned = new DistributedLockError('The application is shutting down: the wait for the lock was abandoned.');
     for (const request of [...this.waits]) request.stop(abandoned);
+    // Their code is done: a shutting-down process gives up the minimum hold rather than wait for it.
+    for (const [handle, timer] of this.minHolds) {
+      deadlines.cancel(timer);
+      void handle.release();
+    }
+    this.minHolds.clear();
     await Promise.all([...this.leases].map((lease) => lease.drain()));
     LockService.unregister(this);
     if (this.options.backend.type !== 'custom') await this.backend.close();
+    this.instrumentation.stop();
   }
 
   private backendKey(name: string): string {
     return toBackendKey(this.options.keyPrefix, name, this.backend.maxKeyBytes);
   }
 
-  /** As take(), waiting unless `waitTimeoutMs` is 0; a lock not taken is a LockTimeoutError. */
-  private async acquireWith(name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string): Promise<LockHandle> {
-    const handle = await this.take(name, options, signal, method, options.waitTimeoutMs !== 0);
-    if (!handle) throw new LockTimeoutError(name, 0);
+  /**
+   * As take(), waiting unless `waitTimeoutMs` is 0; a lock not taken is a LockTimeoutError,
+   * published as timed out, or as skipped when the caller will `skip`.
+   */
+  private async acquireWith(name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, skip: boolean): Promise<LockHandle> {
+    let handle: LockHandle | null;
+    try {
+      handle = await this.take(name, options, signal, method, options.waitTimeoutMs !== 0);
+      if (!handle) throw new LockTimeoutError(name, 0);
+    } catch (error) {
+      if (error instanceof LockTimeoutError) {
+        const published = skip ? lockChannels.skipped : lockChannels.timedOut;
+        if (published.hasSubscribers) published.publish({ name, backend: this.backend.name, waitedMs: error.waitedMs } satisfies TimedOutMessage);
+      }
+      throw error;
+    }
     return handle;
   }
 
@@ -176,13 +259,32 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     if (reentered) return reentered;
     signal?.throwIfAborted();
     this.assertRunning();
+    if (!tracingAcquire()) return this.fromBackend(key, name, options, signal, wait);
+    const message: AcquireMessage = { name, backend: this.backend.name, wait };
+    return lockChannels.acquire.tracePromise(() => this.fromBackend(key, name, options, signal, wait, message), message);
+  }
+
+  /** A new grant from the backend (not re-entered); `message`: the tracing message to complete. */
+  private async fromBackend(
+    key: string,
+    name: string,
+    options: ResolvedLockOptions,
+    signal: AbortSignal | undefined,
+    wait: boolean,
+    message?: AcquireMessage,
+  ): Promise<LockHandle | null> {
+    const started = performance.now();
     let grant: LockGrant;
     if (!wait) {
-      const taken = await this.tryGrant(key, options.ttlMs);
+      let taken: LockGrant | null;
+      try {
+        taken = await this.tryGrant(key, options.ttlMs);
+      } finally {
+        if (message) message.waitedMs = performance.now() - started;
+      }
       if (!taken) return null;
       grant = taken;
     } else {
-      const started = performance.now();
       const request = new WaitRequest(key, this.nextOwner(), options.ttlMs);
       let granted: Promise<LockGrant>;
       try {
@@ -201,13 +303,20 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
       } finally {
         request.stopClock();
         this.waits.delete(request);
+        if (message) message.waitedMs = performance.now() - started;
       }
     }
     if (this.shuttingDown) {
       await this.backend.release(grant).catch(() => undefined);
       this.assertRunning();
     }
-    return new LockHandle(this.track(grant, name, options), false);
+    const handle = new LockHandle(this.track(grant, name, options), false);
+    if (message) message.fencingToken = grant.fencingToken;
+    if (lockChannels.acquired.hasSubscribers) {
+      const acquired: AcquiredMessage = { name, backend: this.backend.name, fencingToken: grant.fencingToken, waitedMs: performance.now() - started };
+      lockChannels.acquired.publish(acquired);
+    }
+    return handle;
   }
 
   private assertRunning(): void {

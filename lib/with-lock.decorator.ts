@@ -1,17 +1,18 @@
 import { compileLockKey, type LockKeyTemplate } from './lock-key';
-import { CALL_OPTION_FIELDS, DEFAULT_LOCK_OPTIONS, MAX_TIMER_MS, resolveLockOptions, type LockOptions } from './lock-options';
+import { DEFAULT_LOCK_OPTIONS, MAX_TIMER_MS, resolveRunOptions, type RunOptions } from './lock-options';
 import { LockService } from './lock.service';
 
 /**
  * Runs the method holding the lock named by `template`, resolved from the call's arguments:
  * `'stock:<0>'` is argument 0, `'order:<1.id>'` the `id` of argument 1; a function of the
- * arguments is the escape hatch. The method then returns a Promise, even if it was synchronous.
+ * arguments is the escape hatch. The method then returns a Promise, even if it was synchronous;
+ * with `onTimeout: 'skip'` it resolves to `undefined` when the lock stays busy.
  *
  * The method is wrapped when the class is defined (a Proxy, so name and length are kept) and
  * the original's reflect-metadata is copied onto the wrapper, so Nest decorators (@Get, @Cron,
  * @MessagePattern...) work above or below this one, on any provider, not only controllers.
  */
-export function WithLock(template: LockKeyTemplate, options?: LockOptions): MethodDecorator {
+export function WithLock(template: LockKeyTemplate, options?: RunOptions): MethodDecorator {
   return (target, propertyKey, descriptor: PropertyDescriptor) => {
     // A static method's target is the class itself; an instance method's, its prototype.
     const owner = typeof target === 'function' ? target : (target as object).constructor;
@@ -22,8 +23,8 @@ export function WithLock(template: LockKeyTemplate, options?: LockOptions): Meth
     }
     const resolveName = compileLockKey(template, method);
     // A bad option fails here, when the class is defined. The module's ttl is not known yet,
-    // so renewIntervalMs is checked against the call's own ttlMs only (again at each call).
-    resolveLockOptions(options, { ...DEFAULT_LOCK_OPTIONS, ttlMs: MAX_TIMER_MS }, CALL_OPTION_FIELDS);
+    // so renewIntervalMs and minHoldMs are checked against the call's own ttlMs only (again at each call).
+    resolveRunOptions(options, { ...DEFAULT_LOCK_OPTIONS, ttlMs: MAX_TIMER_MS }, false);
     const wrapped = new Proxy(original, {
       apply(fn, thisArg, args: unknown[]) {
         let name: string;
@@ -34,7 +35,7 @@ export function WithLock(template: LockKeyTemplate, options?: LockOptions): Meth
         } catch (error) {
           return Promise.reject(error);
         }
-        return service.withLock(name, () => Reflect.apply(fn, thisArg, args), options);
+        return service.runForDecorator(name, () => Reflect.apply(fn, thisArg, args), options, method);
       },
     });
     copyMetadata(original, wrapped);

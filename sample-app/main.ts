@@ -4,6 +4,8 @@
  *   POST /inventory/:sku/buy  {"user": "ann"}  201 won, 410 sold out, 423 busy, 409 lock lost or stale write,
  *                                              503 lock server down, 400 blank sku or user
  *   GET  /inventory/:sku                       {"stock", "lucky", "winners": ["ann", ...]}
+ *   GET  /health                               200 up / 503 down (terminus), with the lock backend's round trip
+ *   GET  /metrics                              Prometheus text: distributed_lock_* metrics
  */
 import 'reflect-metadata';
 import { NestFactory } from '@nestjs/core';

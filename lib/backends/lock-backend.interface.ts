@@ -28,6 +28,12 @@ export interface LockBackend {
   unreachable?(): Error | undefined;
 
   /**
+   * One cheap round trip to the server, for health checks; rejects when it cannot be made.
+   * Optional: without it, a health check takes and releases a reserved key (two round trips).
+   */
+  ping?(): Promise<void>;
+
+  /**
    * Wait, first come first served, until the lock is granted to `request.owner`.
    * When `request.signal` aborts first, the backend leaves the queue (and releases a grant that
    * raced with the abort) and rejects with the signal's reason.

@@ -2,7 +2,8 @@ import { Module, type DynamicModule } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
 import { InventoryController } from './inventory.controller';
 import { InventoryService } from './inventory.service';
-import { LockExceptionFilter } from './lock-exception.filter';
+import { LockExceptionFilter } from '../../lib';
+import { StaleWriteFilter } from './stale-write.filter';
 import { STOCK_STORE, type StockStore } from './stock-store';
 
 @Module({})
@@ -15,6 +16,7 @@ export class InventoryModule {
         InventoryService,
         { provide: STOCK_STORE, useValue: store },
         { provide: APP_FILTER, useClass: LockExceptionFilter },
+        { provide: APP_FILTER, useClass: StaleWriteFilter },
       ],
       exports: [InventoryService],
     };

@@ -41,9 +41,9 @@ class UnreachableBackend extends MemoryLockBackend {
 
 const connectionRefused = () => Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6379'), { code: 'ECONNREFUSED' });
 
-async function errorOf(response: Response): Promise<{ status: number; error: string; message: string }> {
-  const body = (await response.json()) as { error: string; message: string };
-  return { status: response.status, error: body.error, message: body.message };
+async function errorOf(response: Response): Promise<{ status: number; error: string; message: string; lock?: string; retryAfter: string | null }> {
+  const body = (await response.json()) as { error: string; message: string; lock?: string };
+  return { status: response.status, error: body.error, message: body.message, lock: body.lock, retryAfter: response.headers.get('retry-after') };
 }
 
 async function withInventory(options: Parameters<typeof startInventoryApp>[0], test: (inventory: InventoryApp) => Promise<void>): Promise<void> {
@@ -55,7 +55,24 @@ async function withInventory(options: Parameters<typeof startInventoryApp>[0], t
   }
 }
 
-describe('the sample app maps each lock error to HTTP (real app, memory backend)', () => {
+describe('the exported LockExceptionFilter maps each lock error to HTTP (the sample app, memory backend)', () => {
+  it('423 LockTimeoutError with Retry-After: the lock stays busy past waitTimeoutMs', async () => {
+    await withInventory({ lockOptions: { waitTimeoutMs: 50 } }, async (inventory) => {
+      await inventory.call('PUT', '/inventory/fig', { stock: 3 });
+      const held = await inventory.app.get(LockService).acquire('stock:fig');
+      try {
+        const answer = await errorOf(await inventory.call('POST', '/inventory/fig/buy', { user: 'ann' }));
+        assert.equal(answer.status, 423);
+        assert.equal(answer.error, 'LockTimeoutError');
+        assert.equal(answer.lock, 'stock:fig');
+        assert.equal(answer.retryAfter, '1');
+        assert.match(answer.message, /retry/);
+      } finally {
+        await held.release();
+      }
+    });
+  });
+
   it('409 LockLostError: the lease ran out while the purchase was paused', async () => {
     const store = new PausingStockStore();
     await withInventory({ store, lockOptions: { ttlMs: 100, renew: false } }, async (inventory) => {
@@ -69,7 +86,8 @@ describe('the sample app maps each lock error to HTTP (real app, memory backend)
       const answer = await errorOf(await buying);
       assert.equal(answer.status, 409);
       assert.equal(answer.error, 'LockLostError');
-      assert.match(answer.message, /stock:kiwi/);
+      assert.equal(answer.lock, 'stock:kiwi');
+      assert.match(answer.message, /read the resource before retrying/);
     });
   });
 
@@ -98,7 +116,10 @@ describe('the sample app maps each lock error to HTTP (real app, memory backend)
       const answer = await errorOf(await inventory.call('POST', '/inventory/plum/buy', { user: 'ann' }));
       assert.equal(answer.status, 503);
       assert.equal(answer.error, 'LockBackendError');
-      assert.match(answer.message, /ECONNREFUSED/);
+      assert.equal(answer.retryAfter, '1');
+      assert.match(answer.message, /could not be reached/);
+      // The server's address is for the operator's log, not for HTTP clients.
+      assert.doesNotMatch(answer.message, /127\.0\.0\.1|ECONNREFUSED/);
       assert.deepEqual(await (await inventory.call('GET', '/inventory/plum')).json(), { stock: 2, lucky: 0, winners: [] });
     });
   });

@@ -48,6 +48,11 @@ export class MemoryLockBackend implements LockBackend {
     return grant && this.track(grant);
   }
 
+  /** In process: only closed is unhealthy. */
+  async ping(): Promise<void> {
+    this.lifecycle.assertOpen();
+  }
+
   async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
     return this.lifecycle.isOpen && this.store.renew(grant.key, grant.owner, ttlMs);
   }
