@@ -68,11 +68,11 @@ export class LocalQueues<B extends Batch> {
     /** What callers still waiting get when their batch ends without a reason (the backend closed). */
     private readonly closedWhileWaiting: () => unknown,
     /**
-     * When a batch's entry goes out after its first caller joined: setImmediate gathers callers
-     * that arrive in one turn of the event loop; process.nextTick only those of the same tick,
-     * and costs an uncontended acquisition no wait for the loop.
+     * True: the entry of a name's first caller in this process goes out at once, so that an
+     * uncontended acquisition waits for nothing; the callers that follow it in the same turn
+     * of the event loop share the next entry. False: they all share the first.
      */
-    private readonly sendSoon: (send: () => void) => void = setImmediate,
+    private readonly sendFirstAtOnce = false,
   ) {}
 
   /**
@@ -94,9 +94,11 @@ export class LocalQueues<B extends Batch> {
     // Nobody of this process queues for the name: likely granted at once, with no signal needed.
     if (first) joined.listenLater = listen;
     else listen();
-    if (joined.state === 'open' && !queue.pumpScheduled) {
+    if (first && this.sendFirstAtOnce) {
+      this.pump(queue);
+    } else if (joined.state === 'open' && !queue.pumpScheduled) {
       queue.pumpScheduled = true;
-      this.sendSoon(() => {
+      setImmediate(() => {
         queue.pumpScheduled = false;
         this.pump(queue);
       });
@@ -156,7 +158,8 @@ export class LocalQueues<B extends Batch> {
     if (batch.state === 'ended') return;
     batch.state = 'ended';
     batch.listenLater = undefined;
-    batch.rejectAll(error ?? this.closedWhileWaiting());
+    // Built only when someone still waits: an error's stack costs more than a whole lock cycle's bookkeeping.
+    if (batch.hasCallers) batch.rejectAll(error ?? this.closedWhileWaiting());
     const queue = this.queues.get(batch.name);
     if (!queue) return;
     const index = queue.batches.indexOf(batch);

@@ -2,12 +2,12 @@ import { Logger } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import { LockBackendError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
-import { driftAllowanceMs } from '../../lock-lease';
 import { BackendLifecycle } from '../backend-lifecycle';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
 import { LocalQueues, type BatchEntries } from '../local-queue/local-queues';
 import { RedisBatch } from './redis-batch';
+import { BatchLeases, isLate } from './redis-batch-leases';
 import { RedisConnections } from './redis-connection';
 import { parseGrantMessage } from './redis-grant-message';
 import { GRANT_CHANNEL_PREFIX, type QueuedReply } from './redis-lock-scripts';
@@ -21,13 +21,6 @@ import { KeyWatches, type KeyWatch } from './redis-key-watches';
  * for it (one round trip later). A lease about to end is confirmed with Redis first.
  */
 const MIN_HANDOVER_VALIDITY_MS = 50;
-/**
- * A grant whose lease, counted from a moment known to precede it, has less than this share of
- * its ttl left is confirmed with the server before the caller gets it: the lease's first
- * renewal comes a third of the ttl after the grant, too late for a shorter remainder.
- */
-const LATE_GRANT_SHARE = 1 / 3;
-
 const logger = new Logger('DistributedLock');
 
 interface HeldLock {
@@ -58,13 +51,17 @@ export class RedisLockBackend implements LockBackend, BatchEntries<RedisBatch> {
     (name, id) => new RedisBatch(name, id, this.clientId + id),
     () => this.lifecycle.isOpen,
     () => this.lifecycle.closedWhileWaiting(),
-    // The callers of one tick share an entry; an uncontended acquisition waits for no loop turn.
-    (send) => process.nextTick(send),
+    // An uncontended acquisition waits for no turn of the event loop.
+    true,
   );
   /** Batches whose entry is at the server (sent, queued or holding), by the entry's owner id. */
   private readonly entries = new Map<string, RedisBatch>();
   private readonly watches = new KeyWatches<RedisBatch>((key, watch) => void this.check(key, watch));
   private readonly held = new Map<string, HeldLock>();
+  private readonly leases = new BatchLeases({
+    renew: (batch, ttlMs) => this.commands.renew(batch.name, batch.ownerValue, ttlMs, 'hand over'),
+    holderTtl: (batch) => (batch.holder === undefined ? undefined : this.held.get(batch.holder)?.ttlMs),
+  });
   /** Cancels sent by close(), which waits for them briefly. */
   private readonly closingWork: Promise<unknown>[] = [];
   /**
@@ -116,7 +113,7 @@ export class RedisLockBackend implements LockBackend, BatchEntries<RedisBatch> {
       const reply = await this.commands.acquire(key, owner, ttl, this.watches.staleAfter(key, ttl), false);
       if (reply[0] !== 1) return null;
       // The reply came so late (a paused process) that the lease may be nearly over: ask first.
-      const requestedAt = this.isLate(sentAt, ttl) ? await this.confirmGrant(key, owner, reply[1], ttl) : sentAt;
+      const requestedAt = isLate(sentAt, ttl) ? await this.confirmGrant(key, owner, reply[1], ttl) : sentAt;
       if (requestedAt === undefined) return null;
       const batch = new RedisBatch(key, owner, owner);
       batch.lease = { from: requestedAt, ttlMs: ttl };
@@ -144,13 +141,12 @@ export class RedisLockBackend implements LockBackend, BatchEntries<RedisBatch> {
    * The next caller of the batch holds the lock from now, with no round trip (LocalQueues.release,
    * see grant); with nobody left the release script hands the lock on through Redis.
    */
-  async release(grant: LockGrant, validForMs?: number): Promise<void> {
-    // close() released what was held; the connections are gone.
-    if (this.connections.closed) return;
+  release(grant: LockGrant, validForMs?: number): Promise<void> {
     const held = this.heldFor(grant);
-    if (!held) return;
+    // None after close(): it released what was held, and the connections are gone.
+    if (!held || this.connections.closed) return Promise.resolve();
     this.held.delete(grant.owner);
-    await this.queues.release(held.batch, validForMs !== undefined && validForMs >= MIN_HANDOVER_VALIDITY_MS ? validForMs : undefined);
+    return this.queues.release(held.batch, validForMs !== undefined && validForMs >= MIN_HANDOVER_VALIDITY_MS ? validForMs : undefined);
   }
 
   async close(): Promise<void> {
@@ -216,51 +212,12 @@ export class RedisLockBackend implements LockBackend, BatchEntries<RedisBatch> {
     return true;
   }
 
-  /**
-   * BatchEntries: the grant of a caller served under the batch's entry. The first caller after
-   * the entry's grant (or a confirmation) with the ttl the server has holds from then; any other
-   * runs under the lease the entry has (`LockGrant.provisional`) until Redis has renewed the
-   * entry to its ttl, one renewal per run of hand-overs (recordHandOver).
-   */
+  /** BatchEntries: the grant of a caller served under the batch's entry; its lease is BatchLeases'. */
   grant(batch: RedisBatch, { key, owner, ttlMs }: Pick<AcquireRequest, 'key' | 'owner' | 'ttlMs'>, handedOverForMs?: number): LockGrant {
     const ttl = Math.ceil(ttlMs);
-    const fencingToken = batch.token();
-    const lease = batch.lease;
-    batch.lease = undefined;
-    let grant: LockGrant;
-    if (handedOverForMs === undefined && lease?.ttlMs === ttl) {
-      grant = { key, owner, fencingToken, lost: this.closing.signal, requestedAt: lease.from };
-    } else {
-      const now = performance.now();
-      const validUntil = handedOverForMs !== undefined ? now + handedOverForMs : lease ? lease.from + lease.ttlMs - driftAllowanceMs(lease.ttlMs) : now;
-      grant = { key, owner, fencingToken, lost: this.closing.signal, requestedAt: now, provisional: { validUntil, recorded: this.recordHandOver(batch) } };
-    }
+    const grant = this.leases.next(batch, ttl, handedOverForMs, { key, owner, fencingToken: batch.token(), lost: this.closing.signal });
     this.held.set(owner, { grant, batch, ttlMs: ttl });
     return grant;
-  }
-
-  /**
-   * The renewal that tells Redis of the batch's new holder: one per run of hand-overs, sent once
-   * the tick's hand-overs are done, with the ttl of whoever holds then.
-   */
-  private recordHandOver(batch: RedisBatch): Promise<number | undefined> {
-    if (batch.record) return batch.record.promise;
-    let resolve!: (from: number | undefined) => void;
-    const promise = new Promise<number | undefined>((done) => (resolve = done));
-    batch.record = { promise, resolve };
-    process.nextTick(() => {
-      batch.record = undefined;
-      const holder = batch.holder === undefined ? undefined : this.held.get(batch.holder);
-      // Everyone it was for has let go.
-      if (!holder || batch.state !== 'holding') return resolve(undefined);
-      const sentAt = performance.now();
-      this.commands.renew(batch.name, batch.ownerValue, holder.ttlMs, 'hand over').then(
-        (renewed) => resolve(renewed === 1 ? sentAt : undefined),
-        // Could not tell: the holder's own renewals decide, within the lease it was handed.
-        () => undefined,
-      );
-    });
-    return promise;
   }
 
   private sendAcquire(batch: RedisBatch): void {
@@ -313,7 +270,7 @@ export class RedisLockBackend implements LockBackend, BatchEntries<RedisBatch> {
    * heard of it, when the server's clock read `serverMs` (undefined: not known), and runs for the
    * entry's ttl from then. It counts from the latest local moment known to precede that (the
    * entry's own request, or `serverMs` mapped through the key's ServerClock); when that leaves
-   * less than LATE_GRANT_SHARE of the lease, the grant is confirmed with the server first.
+   * too little of the lease (isLate), the grant is confirmed with the server first.
    */
   private grantLate(key: string, owner: string, fence: string, serverMs: number | undefined): void {
     const batch = this.entries.get(owner);
@@ -326,7 +283,7 @@ export class RedisLockBackend implements LockBackend, BatchEntries<RedisBatch> {
   /** The entry's grant, its lease counted from `requestedAt`; confirmed with the server first when that leaves too little. */
   private grantFrom(batch: RedisBatch, fence: string, requestedAt: number): void {
     if (batch.confirming) return;
-    if (!this.isLate(requestedAt, batch.ttlMs)) return this.granted(batch, fence, requestedAt);
+    if (!isLate(requestedAt, batch.ttlMs)) return this.granted(batch, fence, requestedAt);
     batch.confirming = true;
     void this.confirmGrant(batch.name, batch.owner, fence, batch.ttlMs).then(
       (confirmedAt) => {
@@ -351,10 +308,6 @@ export class RedisLockBackend implements LockBackend, BatchEntries<RedisBatch> {
     this.watches.remove(batch.name, batch.owner);
     batch.lease = { from: requestedAt, ttlMs: batch.ttlMs };
     this.queues.holds(batch, BigInt(fence));
-  }
-
-  private isLate(requestedAt: number, ttlMs: number): boolean {
-    return requestedAt + ttlMs - performance.now() < ttlMs * LATE_GRANT_SHARE;
   }
 
   /**
