@@ -68,11 +68,11 @@ export class LocalQueues<B extends Batch> {
     /** What callers still waiting get when their batch ends without a reason (the backend closed). */
     private readonly closedWhileWaiting: () => unknown,
     /**
-     * True: the entry of a name's first caller in this process goes out at once, so that an
-     * uncontended acquisition waits for nothing; the callers that follow it in the same turn
-     * of the event loop share the next entry. False: they all share the first.
+     * When a batch's entry goes out after its first caller joined: setImmediate gathers callers
+     * that arrive in one turn of the event loop; process.nextTick only those of the same tick,
+     * and costs an uncontended acquisition no wait for the loop.
      */
-    private readonly sendFirstAtOnce = false,
+    private readonly sendSoon: (send: () => void) => void = setImmediate,
   ) {}
 
   /**
@@ -94,11 +94,9 @@ export class LocalQueues<B extends Batch> {
     // Nobody of this process queues for the name: likely granted at once, with no signal needed.
     if (first) joined.listenLater = listen;
     else listen();
-    if (first && this.sendFirstAtOnce) {
-      this.pump(queue);
-    } else if (joined.state === 'open' && !queue.pumpScheduled) {
+    if (joined.state === 'open' && !queue.pumpScheduled) {
       queue.pumpScheduled = true;
-      setImmediate(() => {
+      this.sendSoon(() => {
         queue.pumpScheduled = false;
         this.pump(queue);
       });

@@ -51,8 +51,8 @@ export class RedisLockBackend implements LockBackend, BatchEntries<RedisBatch> {
     (name, id) => new RedisBatch(name, id, this.clientId + id),
     () => this.lifecycle.isOpen,
     () => this.lifecycle.closedWhileWaiting(),
-    // An uncontended acquisition waits for no turn of the event loop.
-    true,
+    // The callers of one tick share an entry; an uncontended acquisition waits for no loop turn.
+    (send) => process.nextTick(send),
   );
   /** Batches whose entry is at the server (sent, queued or holding), by the entry's owner id. */
   private readonly entries = new Map<string, RedisBatch>();
