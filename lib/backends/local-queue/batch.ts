@@ -43,6 +43,11 @@ export class Batch {
   entryToken?: bigint;
   /** The owner served now, if any. */
   holder?: string;
+  /**
+   * Set by LocalQueues for the first caller of a name, whose abort it listens for only once the
+   * batch turns out to wait (see AcquireRequest.signal: most such callers are granted at once).
+   */
+  listenLater?: () => void;
 
   constructor(
     readonly name: string,
@@ -62,6 +67,11 @@ export class Batch {
   /** Some caller still waits. */
   get hasCallers(): boolean {
     return this.callers.some((caller) => !caller.wait.isSettled);
+  }
+
+  /** The next caller still waiting, left on the batch. */
+  peek(): QueuedCaller | undefined {
+    return this.callers.find((caller) => !caller.wait.isSettled);
   }
 
   /** The next caller still waiting, taken off the batch. */

@@ -25,8 +25,12 @@ export interface BatchEntries<B extends Batch> {
   confirm(batch: B): Promise<true | Error>;
   /** False when the entry can no longer serve (a lost session): the backend ends the batch itself. */
   usable(batch: B): boolean;
-  /** Record and return the grant of `request` under the batch, with the token `batch.token()`. */
-  grant(batch: B, request: AcquireRequest): LockGrant;
+  /**
+   * Record and return the grant of `request` under the batch, with the token `batch.token()`.
+   * `handedOverForMs`: the caller follows a holder of the batch whose lease was known valid this
+   * much longer; undefined for the first caller served after the entry got the lock, or after confirm().
+   */
+  grant(batch: B, request: AcquireRequest, handedOverForMs?: number): LockGrant;
 }
 
 /** The batches of one name in this process, oldest first. */
@@ -63,6 +67,12 @@ export class LocalQueues<B extends Batch> {
     private readonly isOpen: () => boolean,
     /** What callers still waiting get when their batch ends without a reason (the backend closed). */
     private readonly closedWhileWaiting: () => unknown,
+    /**
+     * When a batch's entry goes out after its first caller joined: setImmediate gathers callers
+     * that arrive in one turn of the event loop; process.nextTick only those of the same tick,
+     * and costs an uncontended acquisition no wait for the loop.
+     */
+    private readonly sendSoon: (send: () => void) => void = setImmediate,
   ) {}
 
   /**
@@ -73,16 +83,20 @@ export class LocalQueues<B extends Batch> {
     const queue = this.queueOf(request.key);
     const wait = new PendingWait<LockGrant>();
     let batch = queue.batches.at(-1);
+    const first = batch === undefined;
     if (!batch || batch.state !== 'open' || batch.full) {
       batch = this.newBatch(request.key, `~q${(batchSeq++).toString(36)}`);
       queue.batches.push(batch);
     }
     const joined = batch;
     joined.add({ request, wait });
-    wait.listen(request.signal, () => this.left(queue, joined, request.signal.reason));
+    const listen = () => void wait.listen(request.signal, () => this.left(queue, joined, request.signal.reason));
+    // Nobody of this process queues for the name: likely granted at once, with no signal needed.
+    if (first) joined.listenLater = listen;
+    else listen();
     if (joined.state === 'open' && !queue.pumpScheduled) {
       queue.pumpScheduled = true;
-      setImmediate(() => {
+      this.sendSoon(() => {
         queue.pumpScheduled = false;
         this.pump(queue);
       });
@@ -109,7 +123,10 @@ export class LocalQueues<B extends Batch> {
 
   /** The server answered the batch's put: the next batch of the name may be sent. */
   sent(batch: B, queued: boolean): void {
-    if (batch.state === 'sending' && queued) batch.state = 'queued';
+    if (batch.state === 'sending' && queued) {
+      batch.state = 'queued';
+      this.listenNow(batch);
+    }
     const queue = this.queues.get(batch.name);
     if (queue) this.pump(queue);
   }
@@ -130,7 +147,7 @@ export class LocalQueues<B extends Batch> {
   async release(batch: B, validForMs: number | undefined): Promise<void> {
     batch.holder = undefined;
     if (batch.state !== 'holding' || !this.entries.usable(batch)) return;
-    if (batch.hasCallers && this.isOpen()) return validForMs === undefined ? this.confirmThenServe(batch) : this.serve(batch);
+    if (batch.hasCallers && this.isOpen()) return validForMs === undefined ? this.confirmThenServe(batch) : this.serve(batch, validForMs);
     await this.finish(batch);
   }
 
@@ -138,7 +155,9 @@ export class LocalQueues<B extends Batch> {
   end(batch: B, error?: unknown): void {
     if (batch.state === 'ended') return;
     batch.state = 'ended';
-    batch.rejectAll(error ?? this.closedWhileWaiting());
+    batch.listenLater = undefined;
+    // Built only when someone still waits: an error's stack costs more than a whole lock cycle's bookkeeping.
+    if (batch.hasCallers) batch.rejectAll(error ?? this.closedWhileWaiting());
     const queue = this.queues.get(batch.name);
     if (!queue) return;
     const index = queue.batches.indexOf(batch);
@@ -155,6 +174,12 @@ export class LocalQueues<B extends Batch> {
     }
   }
 
+  private listenNow(batch: B): void {
+    const listen = batch.listenLater;
+    batch.listenLater = undefined;
+    listen?.();
+  }
+
   private queueOf(name: string): NameQueue<B> {
     let queue = this.queues.get(name);
     if (!queue) this.queues.set(name, (queue = new NameQueue<B>()));
@@ -169,12 +194,16 @@ export class LocalQueues<B extends Batch> {
     this.entries.send(batch);
   }
 
-  /** The entry holds and nobody is served: the batch's next caller gets the lock. */
-  private serve(batch: B): void {
+  /**
+   * The entry holds and nobody is served: the batch's next caller gets the lock (`validForMs`:
+   * handed over by a holder whose lease was known valid that much longer).
+   */
+  private serve(batch: B, validForMs?: number): void {
     if (batch.state !== 'holding' || batch.holder !== undefined || !this.entries.usable(batch)) return;
+    batch.listenLater = undefined;
     const caller = batch.next();
     if (!caller) return void this.finish(batch).catch(() => undefined);
-    const grant = this.entries.grant(batch, caller.request);
+    const grant = this.entries.grant(batch, caller.request, validForMs);
     batch.holder = caller.request.owner;
     caller.wait.resolve(grant);
   }

@@ -1,15 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { RedisConnections } from './redis-connection';
 import { lockKeys, type LockKeys } from './redis-keys';
-import {
-  acquireBatchScript,
-  acquireScript,
-  cancelScript,
-  checkScript,
-  releaseScript,
-  renewScript,
-  transferScript,
-} from './redis-lock-scripts';
+import { acquireScript, cancelScript, checkScript, releaseScript, renewScript } from './redis-lock-scripts';
 import type { RedisScript } from './redis-script';
 
 const KEY_CACHE_SIZE = 10_000;
@@ -19,7 +11,7 @@ const logger = new Logger('DistributedLock');
 /** The value of the owner key: the fence makes it unique per grant, the owner id per caller. */
 export const ownerValue = (fence: bigint | string, owner: string) => `${fence} ${owner}`;
 
-/** One waiting caller as the scripts take it. */
+/** One waiting entry as the scripts take it. */
 export interface QueueEntry {
   readonly owner: string;
   readonly ttlMs: number;
@@ -42,13 +34,6 @@ export class RedisCommands {
   acquire(key: string, owner: string, ttlMs: number, staleAfterMs: number, mayQueue: boolean) {
     const args = [owner, ttlMs, this.clientId, staleAfterMs, key, mayQueue ? '1' : '0'];
     return this.run(acquireScript, mayQueue ? 'acquire' : 'try to acquire', key, args);
-  }
-
-  /** Several callers of this process queued on `key` in arrival order, in one script. */
-  acquireBatch(key: string, staleAfterMs: number, entries: readonly QueueEntry[]) {
-    const args: (string | number)[] = [this.clientId, staleAfterMs, key];
-    for (const entry of entries) args.push(entry.owner, entry.ttlMs);
-    return this.run(acquireBatchScript, 'acquire', key, args);
   }
 
   /** 1 when the grant `value` ('<fence> <owner>') was still the owner and is extended, else 0. */
@@ -75,11 +60,6 @@ export class RedisCommands {
     const args: (string | number)[] = [this.clientId, staleAfterMs, key];
     for (const entry of entries) args.push(entry.owner, entry.ttlMs);
     return this.run(checkScript, 'check the queue of', key, args);
-  }
-
-  /** Sent with EVAL, in order: see transferScript. */
-  transfer(key: string, args: readonly string[]): Promise<unknown> {
-    return this.connections.send(transferScript.runInOrder(this.connections.client, this.keysOf(key).all, args), 'hand over', key);
   }
 
   private run<Reply>(script: RedisScript<Reply>, verb: string, key: string, args: readonly (string | number)[], keys = this.keysOf(key).all): Promise<Reply> {

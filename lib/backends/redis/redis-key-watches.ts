@@ -1,4 +1,3 @@
-import type { RedisWaiter } from './redis-waiter';
 import { ServerClock } from './server-clock';
 
 /** How long after a lease ends a waiter's safety check runs: timer lateness, not a poll. */
@@ -9,13 +8,21 @@ const checkIntervalMs = (ttlMs: number) => Math.min(Math.max(ttlMs / 3, 50), 10_
 /** A process whose checks stopped this long ago is dead to the queue: its waiters are skipped. */
 const staleAfterMs = (intervalMs: number) => Math.round(intervalMs * 3 + 1_000);
 
-/** This process's waiters on one key, and the timer of their shared safety check. */
-export interface KeyWatch {
-  readonly waiters: Map<string, RedisWaiter>;
+/** An entry of this process waiting in a key's queue, as the safety check needs it. */
+export interface WaitingEntry {
+  readonly name: string;
+  /** Its owner id in Redis. */
+  readonly owner: string;
+  readonly ttlMs: number;
+}
+
+/** This process's waiting entries on one key, and the timer of their shared safety check. */
+export interface KeyWatch<E extends WaitingEntry = WaitingEntry> {
+  readonly waiters: Map<string, E>;
   /**
-   * The shortest ttl of the waiters that joined since the watch began; it sets how often the key
-   * is checked. Kept as waiters leave (a check a little more often than needed is harmless), so
-   * a burst of waiters costs O(1) each, not a scan of the others.
+   * The shortest ttl of the entries that joined since the watch began; it sets how often the key
+   * is checked. Kept as entries leave (a check a little more often than needed is harmless), so
+   * many entries cost O(1) each, not a scan of the others.
    */
   shortestTtlMs: number;
   timer?: NodeJS.Timeout;
@@ -32,12 +39,12 @@ export interface KeyWatch {
  * The keys this process has waiters on, each with one safety-check timer (see the check script
  * in redis-lock-scripts.ts). `check` runs the script for a key; it is the backend's.
  */
-export class KeyWatches {
-  private readonly watches = new Map<string, KeyWatch>();
+export class KeyWatches<E extends WaitingEntry> {
+  private readonly watches = new Map<string, KeyWatch<E>>();
 
-  constructor(private readonly check: (key: string, watch: KeyWatch) => void) {}
+  constructor(private readonly check: (key: string, watch: KeyWatch<E>) => void) {}
 
-  get(key: string): KeyWatch | undefined {
+  get(key: string): KeyWatch<E> | undefined {
     return this.watches.get(key);
   }
 
@@ -45,11 +52,11 @@ export class KeyWatches {
     return this.watches.keys();
   }
 
-  add(waiter: RedisWaiter): KeyWatch {
-    let watch = this.watches.get(waiter.key);
-    if (!watch) this.watches.set(waiter.key, (watch = { waiters: new Map(), shortestTtlMs: Infinity, checkAt: Infinity, clock: new ServerClock() }));
-    watch.waiters.set(waiter.owner, waiter);
-    watch.shortestTtlMs = Math.min(watch.shortestTtlMs, waiter.ttlMs);
+  add(entry: E): KeyWatch<E> {
+    let watch = this.watches.get(entry.name);
+    if (!watch) this.watches.set(entry.name, (watch = { waiters: new Map(), shortestTtlMs: Infinity, checkAt: Infinity, clock: new ServerClock() }));
+    watch.waiters.set(entry.owner, entry);
+    watch.shortestTtlMs = Math.min(watch.shortestTtlMs, entry.ttlMs);
     return watch;
   }
 

@@ -16,11 +16,6 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local function split(value)
-  local space = string.find(value, ' ', 1, true)
-  return string.sub(value, 1, space - 1), string.sub(value, space + 1)
-end
-
 local function keep_for(key, ms)
   if redis.call('pttl', key) < ms then redis.call('pexpire', key, ms) end
 end
@@ -33,32 +28,13 @@ local function mark_alive(client, stale_after_ms, now)
   keep_for(KEYS[5], stale_after_ms * 2)
 end
 
--- The fence is taken when the waiter queues (as etcd's create revision, ZooKeeper's czxid):
--- grants follow the queue, so they still get increasing fences, and a waiter of the holder's
--- own process knows its fence before the holder lets go (see the transfer script).
+-- The fence is taken when the entry queues (as etcd's create revision, ZooKeeper's czxid):
+-- grants follow the queue, so they still get increasing fences.
 local function enqueue(owner, ttl, client, fence)
   redis.call('rpush', KEYS[3], owner)
   redis.call('hset', KEYS[4], owner, ttl .. ' ' .. client .. ' ' .. fence)
 end
-
--- Joins the queue with the fence already taken. The reply tells the fence and who stands right
--- before (the holder when the queue was empty), and the server's time: see the acquire script's reply.
-local function queue_up(owner, ttl, client, fence, now)
-  local ahead = redis.call('lindex', KEYS[3], -1)
-  if not ahead then
-    local _, holder = split(redis.call('get', KEYS[1]))
-    ahead = holder
-  end
-  enqueue(owner, ttl, client, fence)
-  return {0, redis.call('pttl', KEYS[1]), fence, ahead, now}
-end
 `;
-
-/**
- * A waiter's entry in the waiters hash, '<ttlMs> <clientId> <fence>', as a Lua pattern: read by
- * HANDING and by the standalone transfer script.
- */
-const ENTRY_PATTERN = '^(%d+) (%S+) (%d+)$';
 
 /** What handing the lock on needs, after QUEUING. */
 const HANDING = `
@@ -66,7 +42,12 @@ local CHANNEL_PREFIX = '${GRANT_CHANNEL_PREFIX}'
 
 -- A waiter's entry in the waiters hash: '<ttlMs> <clientId> <fence>'.
 local function parse_entry(entry)
-  return string.match(entry, '${ENTRY_PATTERN}')
+  return string.match(entry, '^(%d+) (%S+) (%d+)$')
+end
+
+local function split(value)
+  local space = string.find(value, ' ', 1, true)
+  return string.sub(value, 1, space - 1), string.sub(value, space + 1)
 end
 
 local function next_fence()
@@ -139,15 +120,14 @@ end
  */
 const COMMON = QUEUING + HANDING;
 
-/** The acquire script's reply for a caller that queued: see acquireScript. */
-export type QueuedReply = [0, number, string, string, number];
+/** The acquire script's reply for an entry that queued: see acquireScript. */
+export type QueuedReply = [0, number, string, number];
 
 /**
  * ARGV: owner, ttlMs, clientId, staleAfterMs, rawKey, mayQueue ('1' | '0').
  * Reply: {1, fence} granted; {0, ownerPttlMs} held by another; when queued
- * {0, ownerPttlMs, fence, ahead, serverMs}: the fence this waiter will hold the lock with, the
- * owner id of the entry right before it in the queue (the holder's when the queue was empty), and
- * the server's time (ms), which bounds how far the server's clock is ahead of ours.
+ * {0, ownerPttlMs, fence, serverMs}: the fence the entry will hold the lock with, and the
+ * server's time (ms), which bounds how far the server's clock is ahead of ours.
  */
 export const acquireScript = new RedisScript<[1, string] | [0, number] | QueuedReply>(
   'acquire',
@@ -165,50 +145,9 @@ end
 if ARGV[6] ~= '1' then return {0, redis.call('pttl', KEYS[1])} end
 ${QUEUING}
 local now = now_ms()
-local reply = queue_up(ARGV[1], ARGV[2], ARGV[3], fence, now)
+enqueue(ARGV[1], ARGV[2], ARGV[3], fence)
 mark_alive(ARGV[3], tonumber(ARGV[4]), now)
-return reply
-`,
-);
-
-/**
- * Several callers of one process asking for one key in the same tick (a burst of requests), in
- * one round trip: each as the acquire script would, in arrival order, so the queue is the same
- * as if they had come one by one. ARGV: clientId, staleAfterMs, rawKey, then owner, ttlMs of
- * each caller. Reply: one acquire reply per caller, in order.
- */
-export const acquireBatchScript = new RedisScript<([1, string] | QueuedReply)[]>(
-  'acquire-batch',
-  `${COMMON}
-local client, stale_after, raw_key = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local count = (#ARGV - 3) / 2
-local now = now_ms()
--- One fence per caller, in arrival order.
-local first_fence = redis.call('incrby', KEYS[2], count) - count + 1
-local replies = {}
--- The first caller as the acquire script would take it.
-local owner, ttl = ARGV[4], ARGV[5]
-local fence = string.format('%d', first_fence)
-local taken = redis.call('set', KEYS[1], fence .. ' ' .. owner, 'nx', 'px', ttl)
-if taken and redis.call('llen', KEYS[3]) > 0 then taken = take_after_expiry(owner, ttl, fence, raw_key) end
-if taken then replies[1] = {1, fence} else replies[1] = queue_up(owner, ttl, client, fence, now) end
--- Every later caller queues right behind the one before it: one RPUSH and one HSET for them all.
-if count > 1 then
-  local pttl = redis.call('pttl', KEYS[1])
-  local owners, entries = {}, {}
-  for i = 2, count do
-    local next_owner, next_ttl = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
-    local next_fence = string.format('%d', first_fence + i - 1)
-    owners[#owners + 1] = next_owner
-    entries[#entries + 1] = next_owner
-    entries[#entries + 1] = next_ttl .. ' ' .. client .. ' ' .. next_fence
-    replies[i] = {0, pttl, next_fence, ARGV[2 * i], now}
-  end
-  redis.call('rpush', KEYS[3], unpack(owners))
-  redis.call('hset', KEYS[4], unpack(entries))
-end
-mark_alive(client, stale_after, now)
-return replies
+return {0, redis.call('pttl', KEYS[1]), fence, now}
 `,
 );
 
@@ -223,45 +162,6 @@ if redis.call('llen', KEYS[3]) == 0 then
 end
 ${COMMON}
 hand_off(ARGV[2])
-return 1
-`,
-);
-
-/**
- * A run of hand-overs inside one process, told to Redis at once: the lock went from the owner
- * Redis has to the waiter right behind it, and on to the one behind that, and so on, each
- * keeping the fence it queued with; the last one holds it now. Changes nothing unless the
- * owner and every waiter's entry are as the process believes. Standalone and short, because it
- * is sent by EVAL, never EVALSHA: a NOSCRIPT retry could land after the new holder's release.
- * KEYS: as the others. ARGV: owner value '<fence> <owner>', then owner, fence of each waiter in order.
- * Reply: 1 done; 0 the owner Redis has is another; 2 a waiter's entry is gone or has another
- * fence (it was re-queued): the owner is unchanged.
- */
-export const transferScript = new RedisScript<0 | 1 | 2>(
-  'transfer',
-  `if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
-local members, count = {}, (#ARGV - 1) / 2
-for i = 2, #ARGV, 2 do members[#members + 1] = ARGV[i] end
-local entries = redis.call('hmget', KEYS[4], unpack(members))
-local last_ttl
-for i = 1, count do
-  if not entries[i] then return 2 end
-  local ttl, _, fence = string.match(entries[i], '${ENTRY_PATTERN}')
-  if fence ~= ARGV[2 * i + 1] then return 2 end
-  last_ttl = ttl
-end
-redis.call('hdel', KEYS[4], unpack(members))
--- The run is usually the head of the queue, in order: drop it at once. Else (entries of waiters
--- that gave up in between) one by one.
-local head = redis.call('lrange', KEYS[3], 0, count - 1)
-local at_head = #head == count
-for i = 1, count do at_head = at_head and head[i] == members[i] end
-if at_head then
-  redis.call('ltrim', KEYS[3], count, -1)
-else
-  for i = 1, count do redis.call('lrem', KEYS[3], 1, members[i]) end
-end
-redis.call('set', KEYS[1], ARGV[#ARGV] .. ' ' .. ARGV[#ARGV - 1], 'px', last_ttl)
 return 1
 `,
 );

@@ -16,11 +16,6 @@ export class RedisScript<Reply> {
     this.sha = createHash('sha1').update(lua).digest('hex');
   }
 
-  /** Sends the script itself: never NOSCRIPT, so it keeps its place among the connection's commands. */
-  runInOrder(client: RedisClientLike, keys: readonly string[], args: readonly (string | number)[]): Promise<Reply> {
-    return client.eval(this.lua, keys.length, ...keys, ...args) as Promise<Reply>;
-  }
-
   run(client: RedisClientLike, keys: readonly string[], args: readonly (string | number)[]): Promise<Reply> {
     return client.evalsha(this.sha, keys.length, ...keys, ...args).catch((error: unknown) => {
       if (!String((error as Error)?.message).startsWith('NOSCRIPT')) throw error;

@@ -1,83 +1,74 @@
 import { Logger } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
+import { LockBackendError } from '../../errors';
+import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import { BackendLifecycle } from '../backend-lifecycle';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
-import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
-import { LocalSuccessors } from './local-successors';
-import { RedisWaiter, type WaiterEvents } from './redis-waiter';
+import { LocalQueues, type BatchEntries } from '../local-queue/local-queues';
+import { RedisBatch } from './redis-batch';
+import { BatchLeases, isLate } from './redis-batch-leases';
 import { RedisConnections } from './redis-connection';
 import { parseGrantMessage } from './redis-grant-message';
 import { GRANT_CHANNEL_PREFIX, type QueuedReply } from './redis-lock-scripts';
 import { validateRedisOptions, type RedisBackendOptions } from './redis-options';
 import { ownerValue, RedisCommands } from './redis-commands';
 import { KeyWatches, type KeyWatch } from './redis-key-watches';
-import { HandOverRuns, type HandOverRun } from './hand-over-runs';
 
 /**
- * A holder hands the lock to a waiter of its own process only when its lease is known valid at
- * least this much longer: the waiter runs under that lease until Redis has recorded the
- * hand-over (one round trip later), so a lease about to end is better handed on by Redis.
+ * A holder hands the lock to the next caller of its batch at once only when its lease is known
+ * valid at least this much longer: the caller runs under that lease until Redis has the renewal
+ * for it (one round trip later). A lease about to end is confirmed with Redis first.
  */
 const MIN_HANDOVER_VALIDITY_MS = 50;
-/** Callers per batched acquire script and per transfer script: Lua's unpack() has a stack limit. */
-const MAX_PER_SCRIPT = 500;
-/**
- * A grant whose lease, counted from a moment known to precede it, has less than this share of
- * its ttl left is confirmed with the server before the caller gets it: the lease's first
- * renewal comes a third of the ttl after the grant, too late for a shorter remainder.
- */
-const LATE_GRANT_SHARE = 1 / 3;
-
 const logger = new Logger('DistributedLock');
+
+interface HeldLock {
+  readonly grant: LockGrant;
+  readonly batch: RedisBatch;
+  /** The ttl the holder's lease has at Redis once renewed for it. */
+  ttlMs: number;
+}
 
 /**
  * Redis (single node, Sentinel or Cluster): a FIFO queue per lock name with direct handoff.
- * The release script makes the next waiter the owner and publishes the grant on that waiter's
- * process channel, so a waiter owns the lock when the message arrives. See docs/redis.md.
+ * A process's callers of one name queue behind one entry per batch (LocalQueues) and take turns
+ * while it holds; the release script makes the next entry the owner and publishes the grant on
+ * that entry's process channel, so an entry owns the lock when the message arrives. See docs/redis.md.
  */
-export class RedisLockBackend implements LockBackend {
+export class RedisLockBackend implements LockBackend, BatchEntries<RedisBatch> {
   readonly name = 'redis';
   /** Names are percent-encoded into the hash tag (up to 3x); Redis takes far longer keys. */
   readonly maxKeyBytes = 1024;
   readonly address: string;
-  /** 96 random bits, short: it names the grant channel and goes with every queued waiter. */
+  /** 96 random bits, short: it names the grant channel and every entry of this process. */
   private readonly clientId = randomBytes(12).toString('base64url');
   private readonly channel = GRANT_CHANNEL_PREFIX + this.clientId;
-  private readonly waiting = new Map<string, RedisWaiter>();
-  private readonly watches = new KeyWatches((key, watch) => void this.check(key, watch));
-  private readonly held = new Map<string, LockGrant>();
-  private readonly successors = new LocalSuccessors();
-  private readonly waiterEvents: WaiterEvents = {
-    settled: (waiter, granted) => {
-      if (!this.waiting.delete(waiter.owner)) return false;
-      if (granted) this.successors.granted(waiter.owner);
-      else this.successors.left(waiter.owner);
-      this.watches.remove(waiter.key, waiter.owner);
-      return true;
-    },
-    abandoned: (waiter) => void this.commands.cancel(waiter.key, waiter.owner),
-  };
-  /** Per key, the hand-overs inside this process that Redis has not been told of yet. */
-  private readonly runs = new HandOverRuns({
-    transfer: (key, args) => this.commands.transfer(key, args),
-    release: (key, fence, owner) => this.commands.release(key, ownerValue(fence, owner)),
-    takeBack: (key, owner, fence) => {
-      if (this.held.get(owner)?.fencingToken === BigInt(fence)) this.held.delete(owner);
-      return this.commands.cancel(key, owner);
-    },
+  private readonly lifecycle = new BackendLifecycle('redis');
+  /** This process's callers by lock name, in batches behind one queue entry each. */
+  private readonly queues = new LocalQueues<RedisBatch>(
+    this,
+    (name, id) => new RedisBatch(name, id, this.clientId + id),
+    () => this.lifecycle.isOpen,
+    () => this.lifecycle.closedWhileWaiting(),
+    // The callers of one tick share an entry; an uncontended acquisition waits for no loop turn.
+    (send) => process.nextTick(send),
+  );
+  /** Batches whose entry is at the server (sent, queued or holding), by the entry's owner id. */
+  private readonly entries = new Map<string, RedisBatch>();
+  private readonly watches = new KeyWatches<RedisBatch>((key, watch) => void this.check(key, watch));
+  private readonly held = new Map<string, HeldLock>();
+  private readonly leases = new BatchLeases({
+    renew: (batch, ttlMs) => this.commands.renew(batch.name, batch.ownerValue, ttlMs, 'hand over'),
+    holderTtl: (batch) => (batch.holder === undefined ? undefined : this.held.get(batch.holder)?.ttlMs),
   });
-  /**
-   * Per key, the acquisitions of this tick after the first (which went out at once): sent
-   * together at the end of the tick, in one script (see sendBatch).
-   */
-  private readonly batches = new Map<string, RedisWaiter[]>();
+  /** Cancels sent by close(), which waits for them briefly. */
+  private readonly closingWork: Promise<unknown>[] = [];
   /**
    * Redis cannot tell us a lease is gone without being asked (renewal asks), so the only loss the
    * backend reports itself is its own closing: one signal shared by every grant, fired by close().
    */
   private readonly closing = new AbortController();
-  private readonly lifecycle = new BackendLifecycle('redis');
   private readonly connections: RedisConnections;
   private readonly commands: RedisCommands;
 
@@ -100,6 +91,7 @@ export class RedisLockBackend implements LockBackend {
     return this.connections.unreachable();
   }
 
+  /** Joins this process's batch for the name (LocalQueues), bounded by the request's signal. */
   acquire(request: AcquireRequest): Promise<LockGrant> {
     try {
       this.lifecycle.assertOpen();
@@ -108,86 +100,28 @@ export class RedisLockBackend implements LockBackend {
     }
     // Until the grant channel is subscribed a pushed grant would be lost: wait for it, bounded.
     if (!this.connections.subscribed) return this.connections.whenSubscribed(`acquire "${request.key}"`, request.signal).then(() => this.acquire(request));
-    const { key, owner } = request;
-    const waiter = new RedisWaiter(key, owner, Math.ceil(request.ttlMs), request, this.waiterEvents);
-    // Registered before this tick ends, so before any grant message (which can overtake the
-    // script's reply) can be read.
-    this.waiting.set(owner, waiter);
-    const batch = this.batches.get(key);
-    if (batch && batch.length < MAX_PER_SCRIPT) {
-      batch.push(waiter);
-      return waiter.promise;
-    }
-    if (batch) this.sendBatch(key);
-    // The first acquisition of a key in a tick goes out at once; later ones wait for the batch.
-    this.batches.set(key, []);
-    process.nextTick(() => this.sendBatch(key));
-    this.sendAcquire(waiter);
-    return waiter.promise;
+    return this.queues.acquire(request);
   }
 
-  /** One acquisition alone: the acquire script. */
-  private sendAcquire(waiter: RedisWaiter): void {
-    const sentAt = performance.now();
-    this.commands.acquire(waiter.key, waiter.owner, waiter.ttlMs, this.watches.staleAfter(waiter.key, waiter.ttlMs), true).then(
-      (reply) => this.onQueued(waiter, reply, sentAt),
-      (error) => this.acquireFailed(waiter, error),
-    );
-  }
-
-  /**
-   * The acquire script failed or went unanswered. It may still run at the server (a paused
-   * server wakes up): a cancel sent after it on the same connection takes that grant or queue
-   * entry back.
-   */
-  private acquireFailed(waiter: RedisWaiter, error: unknown): void {
-    waiter.settle(undefined, error);
-    void this.commands.cancel(waiter.key, waiter.owner, true);
-  }
-
-  /** The acquisitions of one key that followed the first in a tick, in one round trip. */
-  private sendBatch(key: string): void {
-    const batch = this.batches.get(key);
-    if (!batch) return; // sent early, when it was full
-    this.batches.delete(key);
-    const waiters = batch.filter((waiter) => this.waiting.get(waiter.owner) === waiter);
-    if (waiters.length === 0) return;
-    if (waiters.length === 1) return this.sendAcquire(waiters[0]);
-    const sentAt = performance.now();
-    this.commands.acquireBatch(key, this.watches.staleAfter(key, this.shortestTtl(waiters)), waiters).then(
-      (replies) => waiters.forEach((waiter, i) => this.onQueued(waiter, replies[i], sentAt)),
-      (error) => waiters.forEach((waiter) => this.acquireFailed(waiter, error)),
-    );
-  }
-
-  /** The acquire script's answer for `waiter`: granted, or queued behind someone. */
-  private onQueued(waiter: RedisWaiter, reply: [1, string] | [0, number] | QueuedReply, sentAt: number): void {
-    const { key, owner } = waiter;
-    waiter.answered = true;
-    if (this.waiting.get(owner) !== waiter) {
-      // Gave up (or granted by a message that came first): a grant here is handed on at once.
-      if (reply[0] === 1) this.deliver(key, owner, reply[1]);
-      return;
-    }
-    if (reply[0] === 1) return this.grantFrom(waiter, reply[1], sentAt);
-    const [, ownerPttlMs, fence, ahead, serverMs] = reply as QueuedReply;
-    waiter.fence = fence;
-    if (!waiter.listenForAbort()) return;
-    if (this.waiting.has(ahead) || this.held.has(ahead)) this.successors.link(ahead, owner);
-    this.watches.add(waiter).clock.sample(serverMs, sentAt);
-    this.watches.schedule(key, ownerPttlMs);
-  }
-
+  /** The acquire script without queueing. A name this process queues for or holds is taken: null at once. */
   async tryAcquire({ key, owner, ttlMs }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
     this.lifecycle.assertOpen();
+    if (this.queues.has(key)) return null;
     const sentAt = performance.now();
     const ttl = Math.ceil(ttlMs);
     try {
       const reply = await this.commands.acquire(key, owner, ttl, this.watches.staleAfter(key, ttl), false);
       if (reply[0] !== 1) return null;
       // The reply came so late (a paused process) that the lease may be nearly over: ask first.
-      const requestedAt = this.isLate(sentAt, ttl) ? await this.confirm(key, owner, reply[1], ttl) : sentAt;
-      return requestedAt === undefined ? null : this.grantOf(key, owner, reply[1], requestedAt);
+      const requestedAt = isLate(sentAt, ttl) ? await this.confirmGrant(key, owner, reply[1], ttl) : sentAt;
+      if (requestedAt === undefined) return null;
+      const batch = new RedisBatch(key, owner, owner);
+      batch.lease = { from: requestedAt, ttlMs: ttl };
+      this.entries.set(owner, batch);
+      // Callers that queued meanwhile put their entry after this one: they wait for it.
+      this.queues.adopt(batch, BigInt(reply[1]));
+      batch.holder = owner;
+      return this.grant(batch, { key, owner, ttlMs });
     } catch (error) {
       // The script may still run (a paused server wakes up): the cancel, sent after it, gives back what it took.
       void this.commands.cancel(key, owner, true);
@@ -195,54 +129,36 @@ export class RedisLockBackend implements LockBackend {
     }
   }
 
+  /** Renews the batch's entry to this holder's ttl, checked against the entry's owner value. */
   async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
-    if (!this.lifecycle.isOpen) return false;
-    this.runs.tell(grant.key);
-    const renewed = await this.commands.renew(grant.key, ownerValue(grant.fencingToken, grant.owner), Math.ceil(ttlMs));
-    return renewed === 1;
+    const held = this.heldFor(grant);
+    if (!held || !this.lifecycle.isOpen) return false;
+    held.ttlMs = Math.ceil(ttlMs);
+    return (await this.commands.renew(grant.key, held.batch.ownerValue, held.ttlMs)) === 1;
   }
 
   /**
-   * When the waiter right behind this holder in the queue is ours, it holds the lock from now
-   * (see handOver); otherwise the release script hands the lock on through Redis.
+   * The next caller of the batch holds the lock from now, with no round trip (LocalQueues.release,
+   * see grant); with nobody left the release script hands the lock on through Redis.
    */
   release(grant: LockGrant, validForMs?: number): Promise<void> {
-    // close() released what was held; the connections are gone.
-    if (this.connections.closed) return Promise.resolve();
+    const held = this.heldFor(grant);
+    // None after close(): it released what was held, and the connections are gone.
+    if (!held || this.connections.closed) return Promise.resolve();
     this.held.delete(grant.owner);
-    const successor = this.successors.takeSuccessor(grant.owner);
-    // None after close(): it settled every waiter, and acquire() refuses new ones.
-    const next = successor === undefined ? undefined : this.waiting.get(successor);
-    const handOver = next?.fence !== undefined && validForMs !== undefined && validForMs >= MIN_HANDOVER_VALIDITY_MS;
-    const run = this.runs.get(grant.key);
-    if (run && !run.released && run.to[run.to.length - 1].owner === grant.owner && run.to.length < MAX_PER_SCRIPT) {
-      // The lock came to this holder in a run Redis has not heard of yet: carry the run on, or end it.
-      if (handOver) this.handOver(run, next!, validForMs!);
-      else run.released = true;
-      return run.done;
-    }
-    this.runs.tell(grant.key);
-    if (handOver) {
-      const started = this.runs.start(grant);
-      this.handOver(started, next!, validForMs!);
-      return started.done;
-    }
-    return this.commands.release(grant.key, ownerValue(grant.fencingToken, grant.owner));
+    return this.queues.release(held.batch, validForMs !== undefined && validForMs >= MIN_HANDOVER_VALIDITY_MS ? validForMs : undefined);
   }
 
   async close(): Promise<void> {
     if (!this.lifecycle.beginClose()) return;
-    const waitError = this.lifecycle.closedWhileWaiting();
-    const pending: Promise<unknown>[] = [];
-    for (const waiter of [...this.waiting.values()]) {
-      waiter.settle(undefined, waitError);
-      pending.push(this.commands.cancel(waiter.key, waiter.owner, true));
-    }
-    this.runs.tellAll();
+    const holding = [...this.queues.batches()].filter((batch) => batch.state === 'holding');
+    // Entries still queued are cancelled (withdraw), the callers of every batch told.
+    this.queues.closeAll(this.lifecycle.closedWhileWaiting());
     this.watches.clear();
     this.closing.abort(this.lifecycle.closedWhileHeld());
-    this.successors.clear();
-    for (const grant of [...this.held.values()]) pending.push(this.release(grant).catch(() => undefined));
+    this.held.clear();
+    this.entries.clear();
+    const pending = [...this.closingWork, ...holding.map((batch) => this.commands.release(batch.name, batch.ownerValue).catch(() => undefined))];
     // Best effort, and never long: with the server unreachable, leases and queue entries expire on their own.
     if (this.connections.unreachable() === undefined) {
       await Promise.race([Promise.all(pending), new Promise((resolve) => setTimeout(resolve, Math.min(2_000, this.connections.serverTimeoutMs)).unref())]);
@@ -250,14 +166,94 @@ export class RedisLockBackend implements LockBackend {
     this.connections.close();
   }
 
+  /** BatchEntries: the acquire script for the batch's entry, with its first caller's ttl. */
+  send(batch: RedisBatch): void {
+    batch.ttlMs = Math.ceil(batch.peek()!.request.ttlMs);
+    batch.askedAt = performance.now();
+    this.entries.set(batch.owner, batch);
+    this.sendAcquire(batch);
+  }
+
+  /** BatchEntries: the cancel, sent after the acquire on the same connection, takes back what it took. */
+  withdraw(batch: RedisBatch, reason: unknown): void {
+    this.forget(batch);
+    const cancelled = this.commands.cancel(batch.name, batch.owner, !this.lifecycle.isOpen);
+    if (!this.lifecycle.isOpen) this.closingWork.push(cancelled);
+    this.queues.end(batch, reason);
+  }
+
+  /** BatchEntries: the release script hands the lock to the next entry, of whichever process. */
+  async remove(batch: RedisBatch): Promise<void> {
+    this.forget(batch);
+    await this.commands.release(batch.name, batch.ownerValue);
+  }
+
+  /** BatchEntries: the previous holder's lease is not known valid: renew the entry for the next caller first. */
+  async confirm(batch: RedisBatch): Promise<true | Error> {
+    const ttlMs = Math.ceil(batch.peek()?.request.ttlMs ?? batch.ttlMs);
+    const sentAt = performance.now();
+    let renewed: 0 | 1;
+    try {
+      renewed = await this.commands.renew(batch.name, batch.ownerValue, ttlMs, 'hand on');
+    } catch (error) {
+      void this.remove(batch).catch(() => undefined);
+      return error as Error;
+    }
+    if (renewed !== 1) {
+      this.forget(batch);
+      return new LockBackendError('redis', `hand on "${batch.name}"`, new Error('the queue entry no longer holds the lock: its lease ran out, or the key was deleted'), this.address);
+    }
+    batch.lease = { from: sentAt, ttlMs };
+    return true;
+  }
+
+  /** BatchEntries: an entry needs no session; renewals find out when it is gone. */
+  usable(): boolean {
+    return true;
+  }
+
+  /** BatchEntries: the grant of a caller served under the batch's entry; its lease is BatchLeases'. */
+  grant(batch: RedisBatch, { key, owner, ttlMs }: Pick<AcquireRequest, 'key' | 'owner' | 'ttlMs'>, handedOverForMs?: number): LockGrant {
+    const ttl = Math.ceil(ttlMs);
+    const grant = this.leases.next(batch, ttl, handedOverForMs, { key, owner, fencingToken: batch.token(), lost: this.closing.signal });
+    this.held.set(owner, { grant, batch, ttlMs: ttl });
+    return grant;
+  }
+
+  private sendAcquire(batch: RedisBatch): void {
+    const sentAt = performance.now();
+    this.commands.acquire(batch.name, batch.owner, batch.ttlMs, this.watches.staleAfter(batch.name, batch.ttlMs), true).then(
+      (reply) => this.onQueued(batch, reply, sentAt),
+      (error) => this.acquireFailed(batch, error),
+    );
+  }
+
+  /** The acquire script's answer for the batch's entry: granted, or queued behind someone. */
+  private onQueued(batch: RedisBatch, reply: [1, string] | [0, number] | QueuedReply, sentAt: number): void {
+    batch.answered = true;
+    // Else withdrawn (its cancel, sent after, hands a grant on), or granted by a message that came first.
+    if (this.isWaiting(batch)) {
+      if (reply[0] === 1) {
+        this.grantFrom(batch, reply[1], sentAt);
+      } else {
+        const [, ownerPttlMs, , serverMs] = reply as QueuedReply;
+        this.watches.add(batch).clock.sample(serverMs, sentAt);
+        this.watches.schedule(batch.name, ownerPttlMs);
+      }
+    }
+    this.queues.sent(batch, reply[0] !== 1);
+  }
+
   /**
-   * The waiter right behind the run's current holder in the queue is ours: it holds the lock
-   * from now, with the fence it queued with, under the previous holder's lease (`validForMs`)
-   * until Redis has recorded the run (LockGrant.provisional). No message, no round trip: a queue
-   * of this process's callers moves at the speed of the process, in FIFO order.
+   * The acquire script failed or went unanswered. It may still run at the server (a paused
+   * server wakes up): a cancel sent after it on the same connection takes that grant or queue
+   * entry back.
    */
-  private handOver(run: HandOverRun, to: RedisWaiter, validForMs: number): void {
-    to.settle(this.grantOf(run.from.key, to.owner, to.fence!, undefined, this.runs.extend(run, to.owner, to.fence!, validForMs)));
+  private acquireFailed(batch: RedisBatch, error: unknown): void {
+    if (!this.isWaiting(batch)) return;
+    this.forget(batch);
+    this.queues.end(batch, error);
+    void this.commands.cancel(batch.name, batch.owner, true);
   }
 
   private listen(): void {
@@ -272,84 +268,76 @@ export class RedisLockBackend implements LockBackend {
   /**
    * A grant that came by a message or a safety check: the lease began at the server before we
    * heard of it, when the server's clock read `serverMs` (undefined: not known), and runs for the
-   * waiter's ttl from then. It counts from the latest local moment known to precede that (the
-   * waiter's own request, or `serverMs` mapped through the key's ServerClock); when that leaves
-   * less than LATE_GRANT_SHARE of the lease, the grant is confirmed with the server first.
+   * entry's ttl from then. It counts from the latest local moment known to precede that (the
+   * entry's own request, or `serverMs` mapped through the key's ServerClock); when that leaves
+   * too little of the lease (isLate), the grant is confirmed with the server first.
    */
   private grantLate(key: string, owner: string, fence: string, serverMs: number | undefined): void {
-    const waiter = this.waiting.get(owner);
-    if (!waiter) return this.deliver(key, owner, fence);
+    const batch = this.entries.get(owner);
+    if (batch?.state === 'holding') return; // the same grant seen twice (message and safety check)
+    if (!batch || !this.isWaiting(batch)) return this.handOn(key, owner, fence);
     const clock = this.watches.get(key)?.clock;
-    this.grantFrom(waiter, fence, Math.max(waiter.askedAt, serverMs === undefined || !clock ? -Infinity : clock.earliestLocal(serverMs)));
+    this.grantFrom(batch, fence, Math.max(batch.askedAt, serverMs === undefined || !clock ? -Infinity : clock.earliestLocal(serverMs)));
   }
 
-  /** The grant to `waiter`, its lease counted from `requestedAt`; confirmed with the server first when that leaves too little. */
-  private grantFrom(waiter: RedisWaiter, fence: string, requestedAt: number): void {
-    const { key, owner } = waiter;
-    if (waiter.confirming) return;
-    if (!this.isLate(requestedAt, waiter.ttlMs)) return this.deliver(key, owner, fence, requestedAt);
-    waiter.confirming = true;
-    void this.confirm(key, owner, fence, waiter.ttlMs).then(
+  /** The entry's grant, its lease counted from `requestedAt`; confirmed with the server first when that leaves too little. */
+  private grantFrom(batch: RedisBatch, fence: string, requestedAt: number): void {
+    if (batch.confirming) return;
+    if (!isLate(requestedAt, batch.ttlMs)) return this.granted(batch, fence, requestedAt);
+    batch.confirming = true;
+    void this.confirmGrant(batch.name, batch.owner, fence, batch.ttlMs).then(
       (confirmedAt) => {
-        waiter.confirming = false;
-        // Gave up meanwhile: its cancel, sent after the renewal, hands the lock on.
-        if (this.waiting.get(owner) !== waiter) return;
-        if (confirmedAt !== undefined) return this.deliver(key, owner, fence, confirmedAt);
-        // The lease ran out before we heard of it. A queued waiter is put back in the queue by
-        // the safety check; one granted at once asks again; one whose reply is still to come is
-        // queued by it.
-        if (this.watches.get(key)?.waiters.has(owner)) this.watches.schedule(key, -1, 0);
-        else if (waiter.answered) this.sendAcquire(waiter);
+        batch.confirming = false;
+        // Withdrawn meanwhile: its cancel, sent after the renewal, hands the lock on.
+        if (!this.isWaiting(batch)) return;
+        if (confirmedAt !== undefined) return this.granted(batch, fence, confirmedAt);
+        // The lease ran out before we heard of it. A queued entry is put back in the queue by the
+        // safety check; one granted at once asks again; one whose reply is still to come is queued by it.
+        if (this.watches.get(batch.name)?.waiters.has(batch.owner)) this.watches.schedule(batch.name, -1, 0);
+        else if (batch.answered) this.sendAcquire(batch);
       },
       (error) => {
-        waiter.confirming = false;
-        waiter.settle(undefined, error);
-        void this.commands.cancel(key, owner, true);
+        batch.confirming = false;
+        this.acquireFailed(batch, error);
       },
     );
   }
 
-  private isLate(requestedAt: number, ttlMs: number): boolean {
-    return requestedAt + ttlMs - performance.now() < ttlMs * LATE_GRANT_SHARE;
+  /** The entry holds the lock: its first caller gets it (LocalQueues.holds, then grant). */
+  private granted(batch: RedisBatch, fence: string, requestedAt: number): void {
+    this.watches.remove(batch.name, batch.owner);
+    batch.lease = { from: requestedAt, ttlMs: batch.ttlMs };
+    this.queues.holds(batch, BigInt(fence));
   }
 
   /**
    * An owner-checked renewal of a grant that came late: resolves with when it was sent (the
    * lease counts from then), or undefined when the lease is no longer ours.
    */
-  private async confirm(key: string, owner: string, fence: string, ttlMs: number): Promise<number | undefined> {
+  private async confirmGrant(key: string, owner: string, fence: string, ttlMs: number): Promise<number | undefined> {
     const sentAt = performance.now();
     const renewed = await this.commands.renew(key, ownerValue(fence, owner), ttlMs, 'confirm a late grant of');
     return renewed === 1 ? sentAt : undefined;
   }
 
-  /** A grant for `owner`: to its waiter if it still waits, else (it gave up) handed on at once. */
-  private deliver(key: string, owner: string, fence: string, requestedAt?: number): void {
-    const waiter = this.waiting.get(owner);
-    if (waiter) return waiter.settle(this.grantOf(key, owner, fence, requestedAt));
-    if (this.held.has(owner)) return; // the same grant seen twice (message and safety check)
+  /** A grant nobody here waits for any more: handed on at once. */
+  private handOn(key: string, owner: string, fence: string): void {
     this.commands.release(key, ownerValue(fence, owner)).catch((error) =>
       logger.warn(`Handing on an unwanted grant of "${key}" failed; it expires with its lease: ${error.message}`),
     );
   }
 
-  private async check(key: string, watch: KeyWatch): Promise<void> {
-    const waiters = [...watch.waiters.values()];
-    if (waiters.length === 0 || !this.lifecycle.isOpen) return;
+  private async check(key: string, watch: KeyWatch<RedisBatch>): Promise<void> {
+    const waiting = [...watch.waiters.values()];
+    if (waiting.length === 0 || !this.lifecycle.isOpen) return;
     const sentAt = performance.now();
     try {
-      const [ownerPttlMs, granted, requeued, serverMs] = await this.commands.check(key, this.watches.staleAfter(key, watch.shortestTtlMs), waiters);
+      const [ownerPttlMs, granted, , serverMs] = await this.commands.check(key, this.watches.staleAfter(key, watch.shortestTtlMs), waiting);
       watch.clock.sample(serverMs, sentAt);
-      for (const owner of requeued) {
-        // Back at the tail with a new fence: no longer right behind anyone of ours.
-        this.successors.forget(owner);
-        const waiter = this.waiting.get(owner);
-        if (waiter) waiter.fence = undefined;
-      }
       // Granted at some earlier time: the lease ends ownerPttlMs after serverMs, so it began a ttl before that.
       for (let i = 0; i < granted.length; i += 2) {
-        const waiter = this.waiting.get(granted[i]);
-        this.grantLate(key, granted[i], granted[i + 1], waiter ? serverMs + ownerPttlMs - waiter.ttlMs : undefined);
+        const batch = this.entries.get(granted[i]);
+        this.grantLate(key, granted[i], granted[i + 1], batch ? serverMs + ownerPttlMs - batch.ttlMs : undefined);
       }
       this.watches.schedule(key, ownerPttlMs);
     } catch (error) {
@@ -358,17 +346,21 @@ export class RedisLockBackend implements LockBackend {
     }
   }
 
-  private shortestTtl(waiters: Iterable<RedisWaiter>): number {
-    let shortest = Infinity;
-    for (const waiter of waiters) shortest = Math.min(shortest, waiter.ttlMs);
-    return shortest;
+  /** The entry is sent or queued, not granted, withdrawn or failed. */
+  private isWaiting(batch: RedisBatch): boolean {
+    return batch.state === 'sending' || batch.state === 'queued';
   }
 
-  /** A grant now held here: tracked so close() can fire its signal and release it. */
-  private grantOf(key: string, owner: string, fence: string, requestedAt?: number, provisional?: LockGrant['provisional']): LockGrant {
-    const grant: LockGrant = { key, owner, fencingToken: BigInt(fence), lost: this.closing.signal, requestedAt, provisional };
-    this.held.set(owner, grant);
-    return grant;
+  /** The batch's entry is no longer at the server as ours, or no longer waits. */
+  private forget(batch: RedisBatch): void {
+    if (this.entries.get(batch.owner) === batch) this.entries.delete(batch.owner);
+    this.watches.remove(batch.name, batch.owner);
+  }
+
+  /** The held lock of this very grant: a stale grant of a reused owner id does not match. */
+  private heldFor(grant: LockGrant): HeldLock | undefined {
+    const held = this.held.get(grant.owner);
+    return held?.grant.fencingToken === grant.fencingToken ? held : undefined;
   }
 }
 

@@ -3,6 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { LockLostError, type LockBackend, type LockGrant } from '../../../lib';
 import { createBackend } from '../../../lib/backends/registry';
+import { batchToken, TURN_BITS } from '../../../lib/backends/local-queue/batch';
 import { lockKeys } from '../../../lib/backends/redis/redis-keys';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
@@ -16,6 +17,13 @@ describe('redis backend: grants, give-ups and the lost signal', () => {
   let seq = 0;
   const newKey = () => `lock:handoff-${process.pid}-${++seq}`;
   const request = (key: string, owner: string, signal = new AbortController().signal) => ({ key, owner, ttlMs: 30_000, signal });
+  /** The fence of the queue entry a grant was served under (see Batch: token = fence << 16 + turn). */
+  const entryFence = (grant: LockGrant) => grant.fencingToken >> TURN_BITS;
+  /** The owner key's value: '<fence> <entry owner id>'. */
+  const ownerOf = async (key: string) => {
+    const [fence, owner] = (await inspector.get(lockKeys(key).owner))!.split(' ');
+    return { fence: BigInt(fence), owner };
+  };
 
   before(async () => {
     redis = await startRedisServer();
@@ -60,15 +68,19 @@ describe('redis backend: grants, give-ups and the lost signal', () => {
     await sleep(50);
     // The late waiter never hears of its grant (its subscriber is gone), then gives up.
     await (late as unknown as { connections: { subscriber: Redis } }).connections.subscriber.unsubscribe();
+    const holderEntry = await ownerOf(key);
     await holder.release(first);
-    assert.equal(await inspector.get(lockKeys(key).owner), `${first.fencingToken + 1n} late`);
+    // The late waiter's entry (the next fence) owns the lock now.
+    const granted = await ownerOf(key);
+    assert.equal(granted.fence, entryFence(first) + 1n);
+    assert.notEqual(granted.owner, holderEntry.owner);
     const reason = new Error('gave up');
     const gaveUpAt = Date.now();
     giveUp.abort(reason);
     await assert.rejects(lateWait, (error) => error === reason);
     const handedOn: LockGrant = await nextWait;
     assert.ok(Date.now() - gaveUpAt < 500, `the next waiter waited ${Date.now() - gaveUpAt} ms (the late grant's lease is 30 s)`);
-    assert.equal(handedOn.fencingToken, first.fencingToken + 2n);
+    assert.equal(handedOn.fencingToken, batchToken(entryFence(first) + 2n, 0n));
     await next.release(handedOn);
   });
 
@@ -89,9 +101,10 @@ describe('redis backend: grants, give-ups and the lost signal', () => {
     const key = newKey();
     const receiverChannels = [(await subscribedBackend()).channel];
     const holder = await backend();
-    const ghost = await holder.acquire(request(key, 'ghost'));
+    await holder.acquire(request(key, 'ghost'));
+    const ghost = await ownerOf(key);
     // Tell the receiver it was granted the ghost's lock, as a message that outlived its waiter would.
-    await inspector.publish(receiverChannels[0], JSON.stringify([ghost.fencingToken.toString(), key, 'ghost']));
+    await inspector.publish(receiverChannels[0], JSON.stringify([ghost.fence.toString(), key, ghost.owner]));
     const deadline = Date.now() + 1_000;
     while ((await inspector.exists(lockKeys(key).owner)) === 1) {
       assert.ok(Date.now() < deadline, 'the unwanted grant was not given back');
@@ -110,7 +123,7 @@ describe('redis backend: grants, give-ups and the lost signal', () => {
     await sleep(50);
     await holder.release(first);
     const handedOn = await waiting;
-    assert.equal(handedOn.fencingToken, first.fencingToken + 1n);
+    assert.equal(handedOn.fencingToken, batchToken(entryFence(first) + 1n, 0n));
     await receiver.release(handedOn);
   });
 });
