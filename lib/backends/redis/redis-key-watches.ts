@@ -1,5 +1,5 @@
 import type { RedisWaiter } from './redis-waiter';
-import { ServerClock } from './server-clock';
+import { ServerClock } from '../server-clock';
 
 /** How long after a lease ends a waiter's safety check runs: timer lateness, not a poll. */
 const EXPIRY_CHECK_MARGIN_MS = 25;
