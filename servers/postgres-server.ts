@@ -23,7 +23,7 @@ export interface PostgresServer {
  * A throwaway PostgreSQL 15 (Debian's package) on a free loopback port: `initdb` into a temp
  * dir, the server's unix socket in that dir too, no fsync (a test server). PostgreSQL refuses to
  * run as root, so when we are root both run as the `postgres` system user, who then owns the
- * dir. The server leads its process group, so kill/pause/resume reach every backend process.
+ * dir. Kill, pause and resume reach its child processes (one per connection) too.
  */
 export async function startPostgresServer(extraArgs: string[] = []): Promise<PostgresServer> {
   const port = await freePort();
@@ -58,7 +58,7 @@ export async function startPostgresServer(extraArgs: string[] = []): Promise<Pos
       uid: user?.uid,
       gid: user?.gid,
       cwd: dir,
-      processGroup: true,
+      withChildren: true,
       stopSignal: 'SIGINT',
       ready: () => answers(url),
     });

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 
 export interface ServerProcessOptions {
@@ -18,29 +19,50 @@ export interface ServerProcessOptions {
   uid?: number;
   gid?: number;
   /**
-   * The server forks a process per connection (PostgreSQL): it leads its own process group, and
-   * kill, pause and resume signal the whole group, as a crash or a frozen machine would.
+   * The server forks a process per connection (PostgreSQL, whose children each start their own
+   * session, so a process group would not hold them): kill, pause and resume signal the server's
+   * child processes too, as a crash or a frozen machine would.
    */
-  processGroup?: boolean;
+  withChildren?: boolean;
   /** What stop() sends first. Default SIGTERM; PostgreSQL's fast shutdown is SIGINT (its SIGTERM waits for every client). */
   stopSignal?: NodeJS.Signals;
 }
 
 const running = new Set<ChildProcess>();
-const groupLeaders = new WeakSet<ChildProcess>();
+const withChildren = new WeakSet<ChildProcess>();
 const killRunning = () => {
   for (const child of running) signalServer(child, 'SIGKILL');
 };
 
-/** SIGKILL, SIGSTOP and SIGCONT reach a group leader's whole group; other signals only the server itself. */
+/** SIGKILL, SIGSTOP and SIGCONT reach a forking server's children too; other signals only the server itself. */
 function signalServer(child: ChildProcess, signal: NodeJS.Signals): void {
-  if (groupLeaders.has(child) && child.pid !== undefined && ['SIGKILL', 'SIGSTOP', 'SIGCONT'].includes(signal)) {
+  const children = withChildren.has(child) && child.pid !== undefined && ['SIGKILL', 'SIGSTOP', 'SIGCONT'].includes(signal) ? childrenOf(child.pid) : [];
+  // Stopped first, so it forks no new child meanwhile; resumed last.
+  if (signal !== 'SIGCONT') child.kill(signal);
+  for (const pid of children) {
     try {
-      process.kill(-child.pid, signal);
+      process.kill(pid, signal);
     } catch {
-      // The group is gone already.
+      // Exited meanwhile.
     }
-  } else child.kill(signal);
+  }
+  if (signal === 'SIGCONT') child.kill(signal);
+}
+
+/** The direct children of `pid`, from /proc (Linux). */
+function childrenOf(pid: number): number[] {
+  const children: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      // The parent's pid is the 2nd field after the parenthesised command name.
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) children.push(Number(entry));
+    } catch {
+      // Exited meanwhile.
+    }
+  }
+  return children;
 }
 process.once('exit', killRunning);
 // The test runner stops a file that overruns its time with a signal, which skips 'exit': the
@@ -123,9 +145,8 @@ export class ServerProcess {
       stdio: ['ignore', 'pipe', 'pipe'],
       uid: options.uid,
       gid: options.gid,
-      detached: options.processGroup ?? false,
     });
-    if (options.processGroup) groupLeaders.add(child);
+    if (options.withChildren) withChildren.add(child);
     running.add(child);
     child.once('exit', () => running.delete(child));
     return child;
