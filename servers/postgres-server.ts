@@ -82,8 +82,8 @@ async function answers(url: string): Promise<boolean> {
   return true;
 }
 
-/** The `postgres` system user when we are root (the server refuses root), else nobody: we run it ourselves. */
-async function serverUser(): Promise<{ uid: number; gid: number } | undefined> {
+/** The `postgres` system user when we are root (PostgreSQL and PgBouncer refuse root), else nobody: we run it ourselves. */
+export async function serverUser(): Promise<{ uid: number; gid: number } | undefined> {
   if (userInfo().uid !== 0) return undefined;
   const { stdout } = await promisify(execFile)('id', ['-u', 'postgres']).catch(() => {
     throw new Error('PostgreSQL refuses to run as root and there is no "postgres" user: apt-get install postgresql creates it.');

@@ -8,6 +8,10 @@ import type { PgPoolLike } from './postgres-options';
  */
 export const MAX_IN_FLIGHT = 10;
 
+/** Pauses between the attempts of a statement that met a dropped connection. */
+const RETRY_MIN_MS = 25;
+const RETRY_MAX_MS = 200;
+
 /** SQLSTATE classes and codes, and pg/Node errors, that mean the server could not be reached or went away. */
 const TRANSPORT_CODES = /^(08|57P0[123]|53300|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN)/;
 const TRANSPORT_MESSAGES = /Connection terminated|timeout exceeded when trying to connect|Query read timeout|Connection ended|connect ECONN|not queryable/i;
@@ -83,26 +87,52 @@ export class PostgresCalls {
       }
     }
     const id = this.nextId++;
-    const sentAt = performance.now();
-    this.pending.set(id, sentAt);
+    this.pending.set(id, performance.now());
+    try {
+      return await this.withRetries(text, values, performance.now());
+    } catch (error) {
+      throw this.wrap(operation, error, startedAt);
+    } finally {
+      this.pending.delete(id);
+      this.releaseSlot();
+    }
+  }
+
+  /**
+   * Every statement of the backend is idempotent for its owner (take or queue, release, renew):
+   * one that failed on a connection the server dropped (a restart, pg_terminate_backend, "the
+   * database system is starting up") is sent again on another, within serverTimeoutMs in all.
+   */
+  private async withRetries<Row>(text: string, values: unknown[], sentAt: number): Promise<Row[]> {
+    for (let attempt = 0; ; attempt++) {
+      const leftMs = sentAt + this.serverTimeoutMs - performance.now();
+      try {
+        const rows = await this.attempt<Row>(text, values, leftMs);
+        this.reached();
+        return rows;
+      } catch (error) {
+        const pauseMs = Math.min(RETRY_MIN_MS * 2 ** attempt, RETRY_MAX_MS);
+        const timedOut = error instanceof Error && error.message.startsWith('no answer within');
+        if (timedOut || !isTransportError(error) || performance.now() + pauseMs >= sentAt + this.serverTimeoutMs) throw error;
+        this.failed(error);
+        await new Promise((resolve) => setTimeout(resolve, pauseMs));
+      }
+    }
+  }
+
+  private async attempt<Row>(text: string, values: unknown[], leftMs: number): Promise<Row[]> {
     let timer: NodeJS.Timeout | undefined;
     try {
       const timeout = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`no answer within ${this.serverTimeoutMs} ms`)), this.serverTimeoutMs);
+        timer = setTimeout(() => reject(new Error(`no answer within ${this.serverTimeoutMs} ms`)), Math.max(0, leftMs));
       });
       const run = async () => {
         await this.prepare();
         return (await this.pool.query(text, values)) as Rows<Row>;
       };
-      const result = await Promise.race([run(), timeout]);
-      this.reached();
-      return result.rows;
-    } catch (error) {
-      throw this.wrap(operation, error, startedAt);
+      return (await Promise.race([run(), timeout])).rows;
     } finally {
       clearTimeout(timer);
-      this.pending.delete(id);
-      this.releaseSlot();
     }
   }
 

@@ -26,6 +26,11 @@ const logger = new Logger('DistributedLock');
  * the ttl after the grant, too late for a shorter remainder.
  */
 const LATE_GRANT_SHARE = 1 / 3;
+/**
+ * Processes that start together would race in CREATE ... IF NOT EXISTS (a duplicate catalog row);
+ * the schema is created in one implicit transaction, behind this lock.
+ */
+const CREATE_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('nest-distributed-lock schema'));\n";
 
 interface HeldLock {
   readonly grant: LockGrant;
@@ -69,7 +74,7 @@ export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBa
     this.address = address;
     const names = namesOf(options);
     this.sql = statements(names);
-    this.calls = new PostgresCalls(pool, this.address, settings.serverTimeoutMs, options.createSchema === false ? async () => undefined : once(() => pool.query(schemaDdl(names)).then(() => undefined)));
+    this.calls = new PostgresCalls(pool, this.address, settings.serverTimeoutMs, options.createSchema === false ? async () => undefined : once(() => pool.query(CREATE_SCHEMA_LOCK + schemaDdl(names)).then(() => undefined)));
     this.queues = new LocalQueues<PostgresBatch>(
       this,
       (name, id) => new PostgresBatch(name, id, this.clientId),
