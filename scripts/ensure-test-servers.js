@@ -11,6 +11,8 @@ const SERVERS = [
   { package: 'etcd-server', installed: () => onPath('etcd') },
   // Debian 12's postgresql (15); servers/postgres-server.ts runs initdb and postgres from here.
   { package: 'postgresql', installed: () => existsSync('/usr/lib/postgresql/15/bin/postgres') },
+  // PgBouncer, for the transaction-mode test (servers/pgbouncer-server.ts).
+  { package: 'pgbouncer', installed: () => existsSync('/usr/sbin/pgbouncer') },
 ];
 
 function ensureTestServers() {

@@ -22,6 +22,7 @@ export interface ListenerEvents {
 export class PostgresListener {
   private client?: Client;
   private listening = false;
+  private listens = 0;
   private closed = false;
   private retryMs = RECONNECT_MIN_MS;
   private retryTimer?: NodeJS.Timeout;
@@ -38,6 +39,15 @@ export class PostgresListener {
   /** LISTEN is in place: a grant notified from now on reaches this process. */
   get isListening(): boolean {
     return this.listening;
+  }
+
+  /**
+   * Which LISTEN is in place: changes each time it is (re)established, undefined while none is.
+   * A grant notified before LISTEN was in place is lost, so a statement sent under another
+   * generation than the one in place when it is answered may have missed its grant.
+   */
+  get generation(): number | undefined {
+    return this.listening ? this.listens : undefined;
   }
 
   close(): void {
@@ -70,6 +80,7 @@ export class PostgresListener {
         () => {
           if (this.client !== client) return;
           this.listening = true;
+          this.listens++;
           this.retryMs = RECONNECT_MIN_MS;
           this.events.resumed();
         },

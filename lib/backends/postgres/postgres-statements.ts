@@ -30,6 +30,18 @@ export function statements(names: PostgresNames) {
       `SELECT e.owner, a.granted_fence::text, a.left_ms, a.server_ms ` +
       `FROM unnest($1::text[], $2::text[], $3::int[], $4::int[]) WITH ORDINALITY AS e(name, owner, ttl_ms, alive_ms, i) ` +
       `CROSS JOIN LATERAL ${n.acquire}(e.name, e.owner, $5, e.ttl_ms, e.alive_ms, true) a ORDER BY e.i`,
+    /**
+     * Queues many entries at once (acquire with p_queue for each row): $1 names, $2 entries, $3
+     * ttls, $4 alive ms (arrays, sorted by name like check's), $5 channel.
+     */
+    queueMany:
+      `SELECT a.granted_fence::text, a.left_ms, a.server_ms ` +
+      `FROM unnest($1::text[], $2::text[], $3::int[], $4::int[]) WITH ORDINALITY AS e(name, owner, ttl_ms, alive_ms, i) ` +
+      `CROSS JOIN LATERAL ${n.acquire}(e.name, e.owner, $5, e.ttl_ms, e.alive_ms, true) a ORDER BY e.i`,
+    /** Releases many entries at once: $1 names, $2 entries (arrays, sorted by name). */
+    releaseMany:
+      `SELECT ${n.release}(e.name, e.owner) AS handed_to ` +
+      `FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS e(name, owner, i) ORDER BY e.i`,
     /** $1 name, $2 entry, $3 ttl ms, $4 fence: extends a lease that is still ours and still running. */
     renew:
       `UPDATE ${n.locks} SET expires_at = clock_timestamp() + $3 * interval '1 millisecond' ` +

@@ -12,6 +12,7 @@ import { LocalQueues } from '../local-queue/local-queues';
 import { ServerClock } from '../server-clock';
 import { PostgresBatch } from './postgres-batch';
 import { PostgresCalls } from './postgres-calls';
+import { StatementCoalescer } from './postgres-coalescer';
 import { PostgresListener } from './postgres-listener';
 import { namesOf, postgresAddress, validatePostgresOptions, type PostgresBackendOptions } from './postgres-options';
 import { schemaDdl } from './postgres-schema';
@@ -61,6 +62,9 @@ export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBa
   private readonly entries = new Map<string, PostgresBatch>();
   private readonly queues: LocalQueues<PostgresBatch>;
   private readonly safetyNet: PostgresSafetyNet;
+  /** Entries queued, and entries released, by many callers at once share statements (a burst of distinct names). */
+  private readonly queueing: StatementCoalescer<PostgresBatch, AcquireRow>;
+  private readonly releasing: StatementCoalescer<PostgresBatch, undefined>;
   private readonly startupWarning: NodeJS.Timeout;
 
   constructor(
@@ -85,6 +89,23 @@ export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBa
       granted: (batch, fence, leaseEndsAfter) => this.granted(batch, fence, leaseEndsAfter - batch.ttlMs),
       left: (batch) => void this.letGo(batch),
     });
+    this.queueing = new StatementCoalescer((batches) =>
+      byName(batches, (sorted) =>
+        this.calls.query<AcquireRow>('queue for a lock', this.sql.queueMany, [
+          sorted.map((batch) => batch.name),
+          sorted.map((batch) => batch.entry),
+          sorted.map((batch) => batch.ttlMs),
+          sorted.map((batch) => batch.aliveMs),
+          this.listener.channel,
+        ]),
+      ),
+    );
+    this.releasing = new StatementCoalescer((batches) =>
+      byName(batches, async (sorted) => {
+        await this.calls.query('release a lock', this.sql.releaseMany, [sorted.map((batch) => batch.name), sorted.map((batch) => batch.entry)]);
+        return sorted.map(() => undefined);
+      }),
+    );
     const { Client } = loadPeer<typeof import('pg')>('pg', 'postgres');
     this.listener = new PostgresListener(Client, { ...listenConfig, keepAlive: true, connectionTimeoutMillis: settings.serverTimeoutMs }, `lock_${this.clientId}`, {
       notified: (payload) => this.notified(payload),
@@ -179,8 +200,9 @@ export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBa
     const sentAt = performance.now();
     batch.askedAt = sentAt;
     batch.refreshedAt = sentAt;
-    this.calls.query<AcquireRow>('queue for a lock', this.sql.acquire, [batch.name, batch.entry, this.listener.channel, batch.ttlMs, batch.aliveMs, true]).then(
-      ([row]) => {
+    const listening = this.listener.generation;
+    this.queueing.run(batch).then(
+      (row) => {
         this.clock.sample(row.server_ms, sentAt);
         // Everyone left (or the backend closed) while the statement was on its way: leave the queue.
         if (batch.state === 'ended') return void this.letGo(batch);
@@ -193,6 +215,10 @@ export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBa
         const early = batch.earlyGrant;
         batch.earlyGrant = undefined;
         if (early) this.granted(batch, early.fence, Math.max(batch.askedAt, this.clock.earliestLocal(early.serverMs)));
+        // Queued before this LISTEN was in place: a grant notified meanwhile was lost, and the check
+        // that LISTEN's resumption ran did not cover this entry yet (it was still being sent).
+        // (Not listening now: LISTEN's resumption checks this entry, queued by then.)
+        else if (this.listener.generation !== undefined && listening !== this.listener.generation) this.safetyNet.checkNow();
         else this.safetyNet.schedule();
       },
       (error) => {
@@ -212,7 +238,7 @@ export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBa
   /** BatchEntries: the release statement hands the lock to the next live entry, or frees the name. */
   async remove(batch: PostgresBatch): Promise<void> {
     this.entries.delete(batch.entry);
-    await this.calls.query('release a lock', this.sql.release, [batch.name, batch.entry]);
+    await this.releasing.run(batch);
   }
 
   /** BatchEntries: the previous holder let go without knowing its lease valid: renew the entry's row. */
@@ -311,7 +337,7 @@ export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBa
   /** Leaves the queue, or lets go of the lock, owner-checked: best effort, the lease or the entry's liveness ends it otherwise. */
   private letGo(batch: PostgresBatch): Promise<void> {
     this.entries.delete(batch.entry);
-    return this.calls.query('release a lock', this.sql.release, [batch.name, batch.entry]).then(
+    return this.releasing.run(batch).then(
       () => undefined,
       () => undefined,
     );
@@ -339,6 +365,18 @@ export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBa
 }
 
 let trySeq = 0;
+
+/**
+ * Runs a statement over the batches sorted by name, so that two processes' statements lock the
+ * names' rows in one order (no deadlock), and answers in the batches' own order.
+ */
+async function byName<Output>(batches: PostgresBatch[], run: (sorted: PostgresBatch[]) => Promise<Output[]>): Promise<Output[]> {
+  const order = batches.map((_, i) => i).sort((a, b) => (batches[a].name < batches[b].name ? -1 : batches[a].name > batches[b].name ? 1 : a - b));
+  const outputs = await run(order.map((i) => batches[i]));
+  const answers = new Array<Output>(batches.length);
+  order.forEach((i, k) => (answers[i] = outputs[k]));
+  return answers;
+}
 
 function once(run: () => Promise<void>): () => Promise<void> {
   let running: Promise<void> | undefined;
