@@ -182,17 +182,24 @@ async function advisoryHandOff(url: string, waiters: number): Promise<number> {
     await holder.query('SELECT pg_advisory_lock(hashtext($1))', [name]);
     for (let i = 0; i < waiters; i++) clients.push(await pool.connect());
     let first!: () => void;
+    let counted!: () => void;
     const granted = new Promise<void>((resolve) => (first = resolve));
-    const waits = clients.map((client) => client.query('SELECT pg_advisory_lock(hashtext($1))', [name]).then(async () => {
-      first();
-      await client.query('SELECT pg_advisory_unlock(hashtext($1))', [name]).catch(() => undefined);
-    }));
+    const afterCount = new Promise<void>((resolve) => (counted = resolve));
+    // Each new holder lets go only once the hand-off is counted, so one hand-off is measured.
+    const waits = clients.map((client) =>
+      client.query('SELECT pg_advisory_lock(hashtext($1))', [name]).then(async () => {
+        first();
+        await afterCount;
+        await client.query('SELECT pg_advisory_unlock(hashtext($1))', [name]).catch(() => undefined);
+      }),
+    );
     await sleep(200);
     await runSql(url, 'SELECT pg_stat_statements_reset()');
     await sleep(HOLD_MS);
     await holder.query('SELECT pg_advisory_unlock(hashtext($1))', [name]);
     await granted;
     const count = await statementsSinceReset(url);
+    counted();
     // The rest take and let go in turn; then the connections go back.
     await Promise.all(waits);
     return count;
