@@ -20,8 +20,6 @@ export function statements(names: PostgresNames) {
   return {
     /** $1 name, $2 entry, $3 channel, $4 ttl ms, $5 alive ms, $6 queue when busy. */
     acquire: `SELECT granted_fence::text, left_ms, server_ms FROM ${n.acquire}($1, $2, $3, $4, $5, $6)`,
-    /** $1 name, $2 entry: hands the lock on, or leaves the queue. */
-    release: `SELECT ${n.release}($1, $2) AS handed_to`,
     /**
      * The safety net for every waiting entry of the process at once: $1 names, $2 entries, $3 ttls,
      * $4 alive ms (arrays, sorted by name so that two processes lock rows in one order), $5 channel.
@@ -38,7 +36,7 @@ export function statements(names: PostgresNames) {
       `SELECT a.granted_fence::text, a.left_ms, a.server_ms ` +
       `FROM unnest($1::text[], $2::text[], $3::int[], $4::int[]) WITH ORDINALITY AS e(name, owner, ttl_ms, alive_ms, i) ` +
       `CROSS JOIN LATERAL ${n.acquire}(e.name, e.owner, $5, e.ttl_ms, e.alive_ms, true) a ORDER BY e.i`,
-    /** Releases many entries at once: $1 names, $2 entries (arrays, sorted by name). */
+    /** Hands each entry's lock on, or takes the entry out of the queue: $1 names, $2 entries (arrays, sorted by name). */
     releaseMany:
       `SELECT ${n.release}(e.name, e.owner) AS handed_to ` +
       `FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS e(name, owner, i) ORDER BY e.i`,
