@@ -14,6 +14,7 @@ const SECTIONS: Section[] = [
   { name: 'redis', run: () => import('./redis.bench').then((m) => m.run()) },
   { name: 'etcd', run: () => import('./etcd.bench').then((m) => m.run()) },
   { name: 'zookeeper', run: () => import('./zookeeper.bench').then((m) => m.run()) },
+  { name: 'postgres', run: () => import('./postgres.bench').then((m) => m.run()) },
   { name: 'burst', run: () => import('./burst.bench').then((m) => m.run()) },
 ];
 

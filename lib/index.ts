@@ -49,3 +49,5 @@ export { MemoryLockStore } from './backends/memory/memory-lock-store';
 export type { RedisBackendOptions, RedisClientLike } from './backends/redis/redis-options';
 export type { ZooKeeperAclEntry, ZooKeeperBackendOptions, ZooKeeperPermission } from './backends/zookeeper/zookeeper-options';
 export type { EtcdBackendOptions, Etcd3ClientLike } from './backends/etcd/etcd-options';
+export type { PgPoolLike, PostgresBackendOptions } from './backends/postgres/postgres-options';
+export { postgresLockSchemaSql } from './backends/postgres/postgres-schema';

@@ -9,6 +9,10 @@ const SERVERS = [
   { package: 'zookeeper', installed: () => existsSync('/usr/share/java/zookeeper.jar') && onPath('java') },
   { package: 'redis-server', installed: () => onPath('redis-server') },
   { package: 'etcd-server', installed: () => onPath('etcd') },
+  // Debian 12's postgresql (15); servers/postgres-server.ts runs initdb and postgres from here.
+  { package: 'postgresql', installed: () => existsSync('/usr/lib/postgresql/15/bin/postgres') },
+  // PgBouncer, for the transaction-mode test (servers/pgbouncer-server.ts).
+  { package: 'pgbouncer', installed: () => existsSync('/usr/sbin/pgbouncer') },
 ];
 
 function ensureTestServers() {

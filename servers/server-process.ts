@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 
 export interface ServerProcessOptions {
@@ -14,12 +15,55 @@ export interface ServerProcessOptions {
   ready?: () => Promise<boolean>;
   /** Default 30000. */
   startTimeoutMs?: number;
+  /** Run as this system user and group (PostgreSQL refuses to run as root). Default: ours. */
+  uid?: number;
+  gid?: number;
+  /**
+   * The server forks a process per connection (PostgreSQL, whose children each start their own
+   * session, so a process group would not hold them): kill, pause and resume signal the server's
+   * child processes too, as a crash or a frozen machine would.
+   */
+  withChildren?: boolean;
+  /** What stop() sends first. Default SIGTERM; PostgreSQL's fast shutdown is SIGINT (its SIGTERM waits for every client). */
+  stopSignal?: NodeJS.Signals;
 }
 
 const running = new Set<ChildProcess>();
+const withChildren = new WeakSet<ChildProcess>();
 const killRunning = () => {
-  for (const child of running) child.kill('SIGKILL');
+  for (const child of running) signalServer(child, 'SIGKILL');
 };
+
+/** SIGKILL, SIGSTOP and SIGCONT reach a forking server's children too; other signals only the server itself. */
+function signalServer(child: ChildProcess, signal: NodeJS.Signals): void {
+  const children = withChildren.has(child) && child.pid !== undefined && ['SIGKILL', 'SIGSTOP', 'SIGCONT'].includes(signal) ? childrenOf(child.pid) : [];
+  // Stopped first, so it forks no new child meanwhile; resumed last.
+  if (signal !== 'SIGCONT') child.kill(signal);
+  for (const pid of children) {
+    try {
+      process.kill(pid, signal);
+    } catch {
+      // Exited meanwhile.
+    }
+  }
+  if (signal === 'SIGCONT') child.kill(signal);
+}
+
+/** The direct children of `pid`, from /proc (Linux). */
+function childrenOf(pid: number): number[] {
+  const children: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      // The parent's pid is the 2nd field after the parenthesised command name.
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) children.push(Number(entry));
+    } catch {
+      // Exited meanwhile.
+    }
+  }
+  return children;
+}
 process.once('exit', killRunning);
 // The test runner stops a file that overruns its time with a signal, which skips 'exit': the
 // servers would outlive it and load the machine for the files after it.
@@ -64,11 +108,11 @@ export class ServerProcess {
   }
 
   /** Stops the server (SIGTERM, then SIGKILL after 5 s) and waits for it to exit. */
-  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  async stop(signal: NodeJS.Signals = this.options.stopSignal ?? 'SIGTERM'): Promise<void> {
     if (this.child.exitCode !== null || this.child.signalCode !== null) return;
     const exited = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
-    this.child.kill(signal);
-    const escalate = setTimeout(() => this.child.kill('SIGKILL'), 5_000);
+    signalServer(this.child, signal);
+    const escalate = setTimeout(() => signalServer(this.child, 'SIGKILL'), 5_000);
     await exited;
     clearTimeout(escalate);
   }
@@ -87,11 +131,11 @@ export class ServerProcess {
   }
 
   pause(): void {
-    this.child.kill('SIGSTOP');
+    signalServer(this.child, 'SIGSTOP');
   }
 
   resume(): void {
-    this.child.kill('SIGCONT');
+    signalServer(this.child, 'SIGCONT');
   }
 
   private static spawn(options: ServerProcessOptions): ChildProcess {
@@ -99,7 +143,10 @@ export class ServerProcess {
       cwd: options.cwd,
       env: options.env ?? process.env,
       stdio: ['ignore', 'pipe', 'pipe'],
+      uid: options.uid,
+      gid: options.gid,
     });
+    if (options.withChildren) withChildren.add(child);
     running.add(child);
     child.once('exit', () => running.delete(child));
     return child;
@@ -126,7 +173,7 @@ export class ServerProcess {
       if ((await portAccepts(port)) && (!this.options.ready || (await this.options.ready().catch(() => false)))) return;
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
-    this.child.kill('SIGKILL');
+    signalServer(this.child, 'SIGKILL');
     throw new Error(`${name} was not ready after ${this.options.startTimeoutMs ?? 30_000} ms. Its output:\n${this.output}`);
   }
 }

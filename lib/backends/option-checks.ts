@@ -12,19 +12,21 @@ export function allowOnlyFields(backendType: string, options: object, allowed: r
  * the optional client library).
  */
 export function checkSuppliedClient(
-  options: { client?: unknown } & Record<string, unknown>,
+  options: Record<string, unknown>,
   buildFields: readonly string[],
   methods: readonly string[],
   what: string,
+  /** The option that holds the client: 'client', or 'pool' for PostgreSQL. */
+  field = 'client',
 ): void {
-  const { client } = options;
+  const client = options[field];
   if (client === undefined) return;
-  const clashing = buildFields.filter((field) => options[field] !== undefined);
+  const clashing = buildFields.filter((name) => options[name] !== undefined);
   if (clashing.length > 0) {
-    throw new LockConfigError('backend.client', `give either client or ${clashing.join('/')}, not both: a supplied client is used as it is.`);
+    throw new LockConfigError(`backend.${field}`, `give either ${field} or ${clashing.join('/')}, not both: a supplied client is used as it is.`);
   }
   const candidate = client as Record<string, unknown> | null;
   if (typeof candidate !== 'object' || candidate === null || !methods.every((method) => typeof candidate[method] === 'function')) {
-    throw new LockConfigError('backend.client', `must be ${what}.`);
+    throw new LockConfigError(`backend.${field}`, `must be ${what}.`);
   }
 }

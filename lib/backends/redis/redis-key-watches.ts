@@ -1,4 +1,4 @@
-import { ServerClock } from './server-clock';
+import { ServerClock } from '../server-clock';
 
 /** How long after a lease ends a waiter's safety check runs: timer lateness, not a poll. */
 const EXPIRY_CHECK_MARGIN_MS = 25;

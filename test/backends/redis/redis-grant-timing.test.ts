@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { parseGrantMessage } from '../../../lib/backends/redis/redis-grant-message';
-import { ServerClock } from '../../../lib/backends/redis/server-clock';
+import { ServerClock } from '../../../lib/backends/server-clock';
 
 /** The pieces that time a pushed grant, without a server: see docs/redis.md, "A grant that arrives late". */
 describe('redis grant timing', () => {

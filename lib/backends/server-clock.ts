@@ -5,12 +5,13 @@
 const MAX_DRIFT = 5e-4;
 
 /**
- * An upper bound of how far the server's clock (Redis TIME, ms) is ahead of this process's
- * performance.now(). A reply that carries the server's time T to a request sent at local time s
+ * An upper bound of how far a server's clock (Redis TIME, PostgreSQL clock_timestamp(), in ms) is
+ * ahead of this process's performance.now(). A reply that carries the server's time T to a request sent at local time s
  * was made after s, so the offset is at most T - s (+1 ms: TIME is read to the millisecond
  * below). The smallest such sample is the tightest bound, widened by the drift since it was
  * taken. A time the server gives then maps to a local time no later than when it happened:
- * see RedisLockBackend.grantLate, which counts a pushed grant's lease from there.
+ * see RedisLockBackend.grantLate and PostgresLockBackend.notified, which count a pushed grant's
+ * lease from there.
  */
 export class ServerClock {
   private offsetMs = Infinity;

@@ -1,0 +1,242 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Client, Pool, type PoolClient } from 'pg';
+import type { LockService } from '../lib';
+import { createBackend } from '../lib/backends/registry';
+import { DEFAULT_NAMES, schemaDdl, sqlNames } from '../lib/backends/postgres/postgres-schema';
+import { statements } from '../lib/backends/postgres/postgres-statements';
+import { runSql, startPostgresServer } from '../servers/postgres-server';
+import { lockServiceOver } from './lock-services';
+import { printFlashSale } from './report';
+import { formatRatio, median, pairedRatio } from './stats';
+import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner } from './workloads';
+
+const CONNECTIONS = 4;
+const BUYERS_PER_CONNECTION = 50;
+const STOCK = 150;
+const CYCLE_ROUNDS = 15;
+const CYCLES_PER_ROUND = 200;
+const SALE_REPEATS = 3;
+const LEASE_MS = 10_000;
+const WAIT_MS = 60_000;
+const POLL_MS = 10;
+const QUEUE_LENGTHS = [10, 100, 1000];
+/** How long the holder holds in the statements-per-hand-off measure: pollers poll meanwhile. */
+const HOLD_MS = 100;
+
+interface Contender {
+  label: string;
+  runners: LockRunner[];
+}
+
+/**
+ * This backend against session advisory locks (`pg_advisory_lock` on a connection held for the
+ * whole wait and hold, as the `advisory-lock` package does) and a polling lease-row lock (try
+ * the row, sleep 10 ms, retry: what ShedLock-style code does), on one throwaway PostgreSQL 15.
+ */
+export async function run(): Promise<void> {
+  const postgres = await startPostgresServer(['-c', 'shared_preload_libraries=pg_stat_statements', '-c', 'pg_stat_statements.track=top']);
+  const services: LockService[] = [];
+  const pools: Pool[] = [];
+  const newPool = (max: number) => {
+    const pool = new Pool({ connectionString: postgres.url, max });
+    pool.on('error', () => undefined);
+    pools.push(pool);
+    return pool;
+  };
+  try {
+    await runSql(postgres.url, 'CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+    await runSql(postgres.url, schemaDdl(DEFAULT_NAMES));
+    await runSql(postgres.url, 'CREATE TABLE IF NOT EXISTS poll_locks (name text PRIMARY KEY, owner text NOT NULL, expires_at timestamptz NOT NULL)');
+    for (let i = 0; i < CONNECTIONS; i++) services.push(lockServiceOver(await createBackend({ type: 'postgres', url: postgres.url })));
+    const contenders: Contender[] = [
+      {
+        label: 'this library (postgres)',
+        runners: services.map((service): LockRunner => (name, section) => service.withLock(name, section, { waitTimeoutMs: WAIT_MS, ttlMs: LEASE_MS })),
+      },
+      // One connection per waiter and holder: a session lock is the connection's; 50 buyers need 50.
+      { label: 'session advisory lock (pg_advisory_lock, dedicated connection)', runners: Array.from({ length: CONNECTIONS }, () => advisoryRunner(newPool(BUYERS_PER_CONNECTION))) },
+      { label: `polling lease row (try, sleep ${POLL_MS} ms, retry)`, runners: Array.from({ length: CONNECTIONS }, () => pollingRunner(newPool(10))) },
+    ];
+    console.log(`postgres 15 ${postgres.url}; uncontended: ${CYCLE_ROUNDS} rounds x ${CYCLES_PER_ROUND} cycles, shuffled order per round after a warm-up; medians, ratios inside each round`);
+    const rounds = await interleavedCycles(new Map(contenders.map((c) => [c, c.runners[0]])), CYCLE_ROUNDS, CYCLES_PER_ROUND);
+    for (const contender of contenders) {
+      const perSecond = median(rounds.get(contender)!);
+      console.log(`uncontended ${contender.label}: ${Math.round(perSecond)} cycles/s (${(1000 / perSecond).toFixed(3)} ms per cycle)`);
+    }
+    console.log(`flash sale: ${CONNECTIONS} processes' worth x ${BUYERS_PER_CONNECTION} buyers, stock ${STOCK}, one lock name, median of ${SALE_REPEATS} after one warm-up sale each`);
+    const sales = new Map<Contender, FlashSaleResult>();
+    for (const contender of contenders) await flashSale(contender.runners, BUYERS_PER_CONNECTION, STOCK);
+    for (const contender of contenders) {
+      const result = await medianFlashSale(SALE_REPEATS, () => flashSale(contender.runners, BUYERS_PER_CONNECTION, STOCK));
+      sales.set(contender, result);
+      printFlashSale(contender.label, result);
+    }
+    const [ours, advisory, polling] = contenders;
+    const vsAdvisory = pairedRatio(rounds.get(ours)!, rounds.get(advisory)!);
+    // Cycle time is the inverse of cycles/s: ours / advisory in time = advisory / ours in rate.
+    const cycleTimeRatio = 1 / vsAdvisory.median;
+    const saleRatio = sales.get(ours)!.makespanMs / sales.get(polling)!.makespanMs;
+    console.log(`ratios: uncontended cycle time vs advisory ${cycleTimeRatio.toFixed(2)}x (round by round), makespan vs polling ${formatRatio(sales.get(ours)!.makespanMs, sales.get(polling)!.makespanMs)}, vs advisory ${formatRatio(sales.get(ours)!.makespanMs, sales.get(advisory)!.makespanMs)}`);
+    console.log(`target uncontended cycle <= 1.5x the advisory lock's: ${cycleTimeRatio.toFixed(2)}x ${cycleTimeRatio <= 1.5 ? 'MET' : 'MISSED'}`);
+    console.log(`target makespan <= 0.2x the polling lock's: ${saleRatio.toFixed(2)}x ${saleRatio <= 0.2 ? 'MET' : 'MISSED'}`);
+
+    console.log(`statements per hand-off (pg_stat_statements, top-level calls from the holder's last ${HOLD_MS} ms of hold to the next grant; notifications counted on the channel):`);
+    for (const waiters of QUEUE_LENGTHS) {
+      const ourCount = await ourHandOff(postgres.url, waiters);
+      const advisoryCount = waiters <= 200 ? String(await advisoryHandOff(postgres.url, waiters)) : 'n/a (one connection per waiter: more than max_connections)';
+      const pollingCount = await pollingHandOff(postgres.url, waiters);
+      console.log(`  ${waiters} waiters: this library ${ourCount.statements} statements + ${ourCount.notifications} notification; advisory ${advisoryCount}; polling ${pollingCount}`);
+    }
+  } finally {
+    await Promise.all(services.map((service) => service.onApplicationShutdown()));
+    await Promise.all(pools.map((pool) => pool.end().catch(() => undefined)));
+    await postgres.stop();
+  }
+}
+
+function advisoryRunner(pool: Pool): LockRunner {
+  return async (name, section) => {
+    const client = await pool.connect();
+    try {
+      await client.query('SELECT pg_advisory_lock(hashtext($1))', [name]);
+      try {
+        await section();
+      } finally {
+        await client.query('SELECT pg_advisory_unlock(hashtext($1))', [name]);
+      }
+    } finally {
+      client.release();
+    }
+  };
+}
+
+const TRY_ROW =
+  `INSERT INTO poll_locks (name, owner, expires_at) VALUES ($1, $2, now() + $3 * interval '1 millisecond') ` +
+  `ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at WHERE poll_locks.expires_at <= now() RETURNING 1`;
+let pollOwner = 0;
+
+function pollingRunner(pool: Pool): LockRunner {
+  return async (name, section) => {
+    const owner = `p${pollOwner++}`;
+    while ((await pool.query(TRY_ROW, [name, owner, LEASE_MS])).rowCount === 0) await sleep(POLL_MS);
+    try {
+      await section();
+    } finally {
+      await pool.query('DELETE FROM poll_locks WHERE name = $1 AND owner = $2', [name, owner]);
+    }
+  };
+}
+
+/** Top-level statements the server ran since the last reset, not counting this query or the reset. */
+async function statementsSinceReset(url: string): Promise<number> {
+  const [row] = await runSql<{ calls: string | null }>(url, "SELECT sum(calls)::text AS calls FROM pg_stat_statements WHERE query NOT ILIKE '%pg_stat_statements%'");
+  return Number(row.calls ?? 0);
+}
+
+/**
+ * `waiters` entries queued with the backend's own queuing statement, then one hand-off with the
+ * backend's own release statement, watched on the waiters' channel.
+ */
+async function ourHandOff(url: string, waiters: number): Promise<{ statements: number; notifications: number }> {
+  const sql = statements(DEFAULT_NAMES);
+  const name = `bench-handoff-${waiters}-${Date.now()}`;
+  const channel = `bench_wait_${waiters}`;
+  const listener = new Client({ connectionString: url });
+  await listener.connect();
+  let notifications = 0;
+  const granted = new Promise<void>((resolve) =>
+    listener.on('notification', () => {
+      notifications++;
+      resolve();
+    }),
+  );
+  await listener.query(`LISTEN ${channel}`);
+  const client = new Client({ connectionString: url });
+  await client.connect();
+  try {
+    await client.query(sql.acquire, [name, 'holder', channel, LEASE_MS, 60_000, true]);
+    const owners = Array.from({ length: waiters }, (_, i) => `w${i}`);
+    await client.query(sql.queueMany, [owners.map(() => name), owners, owners.map(() => LEASE_MS), owners.map(() => 60_000), channel]);
+    await runSql(url, 'SELECT pg_stat_statements_reset()');
+    await sleep(HOLD_MS);
+    await client.query(sql.releaseMany, [[name], ['holder']]);
+    await granted;
+    await sleep(50); // a second notification, if the statement sent one, arrives meanwhile
+    const count = await statementsSinceReset(url);
+    await runSql(url, `DELETE FROM ${sqlNames(DEFAULT_NAMES).queue} WHERE name = $1`, [name]);
+    return { statements: count, notifications };
+  } finally {
+    await client.end();
+    await listener.end();
+  }
+}
+
+/** `waiters` connections blocked in pg_advisory_lock behind a holder; one unlock. */
+async function advisoryHandOff(url: string, waiters: number): Promise<number> {
+  const name = `bench-handoff-${waiters}-${Date.now()}`;
+  const pool = new Pool({ connectionString: url, max: waiters + 1 });
+  pool.on('error', () => undefined);
+  const holder = await pool.connect();
+  const clients: PoolClient[] = [];
+  try {
+    await holder.query('SELECT pg_advisory_lock(hashtext($1))', [name]);
+    for (let i = 0; i < waiters; i++) clients.push(await pool.connect());
+    let first!: () => void;
+    let counted!: () => void;
+    const granted = new Promise<void>((resolve) => (first = resolve));
+    const afterCount = new Promise<void>((resolve) => (counted = resolve));
+    // Each new holder lets go only once the hand-off is counted, so one hand-off is measured.
+    const waits = clients.map((client) =>
+      client.query('SELECT pg_advisory_lock(hashtext($1))', [name]).then(async () => {
+        first();
+        await afterCount;
+        await client.query('SELECT pg_advisory_unlock(hashtext($1))', [name]).catch(() => undefined);
+      }),
+    );
+    await sleep(200);
+    await runSql(url, 'SELECT pg_stat_statements_reset()');
+    await sleep(HOLD_MS);
+    await holder.query('SELECT pg_advisory_unlock(hashtext($1))', [name]);
+    await granted;
+    const count = await statementsSinceReset(url);
+    counted();
+    // The rest take and let go in turn; then the connections go back.
+    await Promise.all(waits);
+    return count;
+  } finally {
+    holder.release();
+    for (const client of clients) client.release();
+    await pool.end();
+  }
+}
+
+/** `waiters` pollers on a pool of 10 connections behind a holder of the row; one release. */
+async function pollingHandOff(url: string, waiters: number): Promise<number> {
+  const name = `bench-handoff-${waiters}-${Date.now()}`;
+  const pool = new Pool({ connectionString: url, max: 10 });
+  pool.on('error', () => undefined);
+  let stop = false;
+  try {
+    await pool.query(TRY_ROW, [name, 'holder', LEASE_MS]);
+    let first!: () => void;
+    const granted = new Promise<void>((resolve) => (first = resolve));
+    const pollers = Array.from({ length: waiters }, async (_, i) => {
+      while (!stop) {
+        if ((await pool.query(TRY_ROW, [name, `w${i}`, LEASE_MS])).rowCount) return first();
+        await sleep(POLL_MS);
+      }
+    });
+    await sleep(200);
+    await runSql(url, 'SELECT pg_stat_statements_reset()');
+    await sleep(HOLD_MS);
+    await pool.query('DELETE FROM poll_locks WHERE name = $1 AND owner = $2', [name, 'holder']);
+    await granted;
+    const count = await statementsSinceReset(url);
+    stop = true;
+    await Promise.all(pollers);
+    return count;
+  } finally {
+    stop = true;
+    await pool.end();
+  }
+}

@@ -1,0 +1,160 @@
+import { LockBackendError, LockServerUnreachableError } from '../../errors';
+import type { PgPoolLike } from './postgres-options';
+
+/**
+ * Statements of one backend at PostgreSQL at once: a burst of a thousand callers of distinct
+ * names queues here rather than in the pool, so that a statement's serverTimeoutMs counts from
+ * when it is sent, not from when a pooled connection came free.
+ */
+export const MAX_IN_FLIGHT = 10;
+
+/** Pauses between the attempts of a statement that met a dropped connection. */
+const RETRY_MIN_MS = 25;
+const RETRY_MAX_MS = 200;
+
+/** SQLSTATE classes and codes, and pg/Node errors, that mean the server could not be reached or went away. */
+const TRANSPORT_CODES = /^(08|57P0[123]|53300|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN)/;
+const TRANSPORT_MESSAGES = /Connection terminated|timeout exceeded when trying to connect|Query read timeout|Connection ended|connect ECONN|not queryable/i;
+
+export function isTransportError(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  const code = (error as { code?: unknown }).code;
+  return (typeof code === 'string' && TRANSPORT_CODES.test(code)) || TRANSPORT_MESSAGES.test(error.message);
+}
+
+/** The schema is missing (createSchema: false, and the DDL was not run): say what to do. */
+const MISSING_SCHEMA = new Set(['42P01', '42883', '3F000']);
+
+/** What the backend needs of a query result. */
+export interface Rows<Row> {
+  rows: Row[];
+}
+
+/**
+ * Every statement of one backend: bounded in flight (MAX_IN_FLIGHT), bounded in time
+ * (serverTimeoutMs from when it is sent), and wrapped once: a transport failure or no answer in
+ * time becomes LockServerUnreachableError naming the address, any other a LockBackendError,
+ * with pg's error as `cause`. Also answers `unreachable()` from what the newest calls saw.
+ */
+export class PostgresCalls {
+  private inFlight = 0;
+  private readonly queued: Array<() => void> = [];
+  private readonly pending = new Map<number, number>();
+  private nextId = 0;
+  private lastFailure?: Error;
+  private lastAnswerAt = performance.now();
+
+  constructor(
+    private readonly pool: PgPoolLike,
+    readonly address: string,
+    private readonly serverTimeoutMs: number,
+    /** Runs before the first statement (creating the schema); a failure fails that statement, and the next one tries again. */
+    private readonly prepare: () => Promise<void>,
+  ) {}
+
+  /** The last statement failed to reach the server, or one is unanswered for long with no answer to anything meanwhile. */
+  unreachable(): Error | undefined {
+    if (this.lastFailure) return this.lastFailure;
+    const oldest = this.pending.values().next();
+    const now = performance.now();
+    const silenceMs = Math.min(this.serverTimeoutMs / 4, 250);
+    if (!oldest.done && now - oldest.value > silenceMs && now - this.lastAnswerAt > silenceMs) {
+      return new Error(`no answer from PostgreSQL for ${Math.round(now - Math.max(oldest.value, this.lastAnswerAt))} ms`);
+    }
+    return undefined;
+  }
+
+  /** A connection (ours, or the LISTEN one) failed: remembered when it says the server cannot be reached. */
+  failed(error: unknown): void {
+    if (isTransportError(error)) this.lastFailure = error as Error;
+  }
+
+  reached(): void {
+    this.lastFailure = undefined;
+    this.lastAnswerAt = performance.now();
+  }
+
+  /** One statement; `operation` is what errors say the backend failed to do ("take a lock"). */
+  async query<Row>(operation: string, text: string, values: unknown[]): Promise<Row[]> {
+    const startedAt = performance.now();
+    if (this.inFlight < MAX_IN_FLIGHT) this.inFlight++;
+    else {
+      // The slot is handed over by the call that frees it (releaseSlot).
+      await new Promise<void>((resolve) => this.queued.push(resolve));
+      if (this.lastFailure) {
+        this.releaseSlot();
+        throw new LockServerUnreachableError('postgres', operation, this.address, Math.round(performance.now() - startedAt), this.lastFailure);
+      }
+    }
+    const id = this.nextId++;
+    this.pending.set(id, performance.now());
+    try {
+      return await this.withRetries(text, values, performance.now());
+    } catch (error) {
+      throw this.wrap(operation, error, startedAt);
+    } finally {
+      this.pending.delete(id);
+      this.releaseSlot();
+    }
+  }
+
+  /**
+   * Every statement of the backend is idempotent for its owner (take or queue, release, renew):
+   * one that failed on a connection the server dropped (a restart, pg_terminate_backend, "the
+   * database system is starting up") is sent again on another, within serverTimeoutMs in all.
+   */
+  private async withRetries<Row>(text: string, values: unknown[], sentAt: number): Promise<Row[]> {
+    for (let attempt = 0; ; attempt++) {
+      const leftMs = sentAt + this.serverTimeoutMs - performance.now();
+      try {
+        const rows = await this.attempt<Row>(text, values, leftMs);
+        this.reached();
+        return rows;
+      } catch (error) {
+        const pauseMs = Math.min(RETRY_MIN_MS * 2 ** attempt, RETRY_MAX_MS);
+        const timedOut = error instanceof Error && error.message.startsWith('no answer within');
+        if (timedOut || !isTransportError(error) || performance.now() + pauseMs >= sentAt + this.serverTimeoutMs) throw error;
+        this.failed(error);
+        await new Promise((resolve) => setTimeout(resolve, pauseMs));
+      }
+    }
+  }
+
+  private async attempt<Row>(text: string, values: unknown[], leftMs: number): Promise<Row[]> {
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const timeout = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`no answer within ${this.serverTimeoutMs} ms`)), Math.max(0, leftMs));
+      });
+      const run = async () => {
+        await this.prepare();
+        return (await this.pool.query(text, values)) as Rows<Row>;
+      };
+      return (await Promise.race([run(), timeout])).rows;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private releaseSlot(): void {
+    const next = this.queued.shift();
+    if (next) next();
+    else this.inFlight--;
+  }
+
+  private wrap(operation: string, error: unknown, startedAt: number): LockBackendError {
+    if (error instanceof LockBackendError) return error;
+    const waitedMs = Math.round(performance.now() - startedAt);
+    if (error instanceof Error && error.message.startsWith('no answer within')) {
+      return new LockServerUnreachableError('postgres', operation, this.address, waitedMs, this.unreachable() ?? error);
+    }
+    this.failed(error);
+    if (isTransportError(error)) return new LockServerUnreachableError('postgres', operation, this.address, waitedMs, error);
+    const code = (error as { code?: string }).code;
+    if (code && MISSING_SCHEMA.has(code)) {
+      const hint = new Error(`${(error as Error).message}: the lock tables are missing; run sql/postgres-locks.sql (postgresLockSchemaSql()) or set backend.createSchema to true`);
+      return new LockBackendError('postgres', operation, hint, this.address);
+    }
+    return new LockBackendError('postgres', operation, error, this.address);
+  }
+}

@@ -1,0 +1,158 @@
+/** Where the backend keeps its locks: `schema`.`table`, and the objects named after the table. */
+export interface PostgresNames {
+  readonly schema: string;
+  readonly table: string;
+}
+
+export const DEFAULT_NAMES: PostgresNames = { schema: 'public', table: 'distributed_locks' };
+
+/** The SQL names of every object, quoted: derived from the table so that two tables never share one. */
+export function sqlNames({ schema, table }: PostgresNames) {
+  const name = (suffix: string) => `"${schema}"."${table}${suffix}"`;
+  return {
+    locks: name(''),
+    queue: name('_queue'),
+    fence: name('_fence'),
+    /** For nextval(): a string literal naming the sequence. */
+    fenceLiteral: `'${name('_fence').replace(/'/g, "''")}'`,
+    grantNext: name('_grant_next'),
+    acquire: name('_acquire'),
+    release: name('_release'),
+  };
+}
+
+/**
+ * The whole schema, idempotent: `sql/postgres-locks.sql` is this text for the default names (a
+ * test keeps them equal), for teams that run DDL through their migrations (`createSchema: false`).
+ *
+ * Why functions and not bare statements for queueing: under READ COMMITTED a statement reads the
+ * queue as of its start, so a release that waits for a queuing statement's row lock would not see
+ * the waiter that statement just added and could free the lock under it (a lost wake-up). Inside a
+ * function each statement takes a fresh snapshot after the row lock is ours. Each call is still
+ * one statement and one round trip.
+ */
+export function schemaDdl(names: PostgresNames): string {
+  const n = sqlNames(names);
+  const ms = (value: string) => `${value} * interval '1 millisecond'`;
+  const epochMs = (value: string) => `extract(epoch from ${value}) * 1000`;
+  return `-- nest-distributed-lock: the PostgreSQL backend's tables and functions (schema "${names.schema}", table "${names.table}").
+-- Idempotent: safe to run again. See docs/postgres.md.
+
+CREATE SCHEMA IF NOT EXISTS "${names.schema}";
+
+-- One row per held lock name: its holder (an entry of the queue below, or a caller that took it
+-- outright), its fencing token and the end of its lease on the database's clock.
+CREATE TABLE IF NOT EXISTS ${n.locks} (
+  name text PRIMARY KEY,
+  owner text NOT NULL,
+  fence bigint NOT NULL,
+  expires_at timestamptz NOT NULL
+);
+
+-- The waiters of each name, first come first served (seq). A waiter's process refreshes
+-- alive_until while it waits; one that stops (a dead process) is skipped.
+CREATE TABLE IF NOT EXISTS ${n.queue} (
+  seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  name text NOT NULL,
+  owner text NOT NULL,
+  channel text NOT NULL,
+  ttl_ms integer NOT NULL,
+  alive_until timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS "${names.table}_queue_by_name" ON ${n.queue} (name, seq);
+CREATE INDEX IF NOT EXISTS "${names.table}_queue_by_owner" ON ${n.queue} (owner);
+
+-- Fencing tokens: a sequence never goes back, not even after a crash and restart.
+CREATE SEQUENCE IF NOT EXISTS ${n.fence};
+
+-- The first live waiter of the name gets the lock (the caller holds the name's row lock): a new
+-- token, a lease of its ttl, and one notification on its process's channel. NULL: nobody waits.
+CREATE OR REPLACE FUNCTION ${n.grantNext}(p_name text, t timestamptz) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+  next_waiter ${n.queue}%ROWTYPE;
+  granted bigint;
+BEGIN
+  DELETE FROM ${n.queue} WHERE seq = (
+    SELECT seq FROM ${n.queue} WHERE name = p_name AND alive_until > t ORDER BY seq LIMIT 1
+  ) RETURNING * INTO next_waiter;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  UPDATE ${n.locks} SET owner = next_waiter.owner, fence = nextval(${n.fenceLiteral}), expires_at = t + ${ms('next_waiter.ttl_ms')}
+    WHERE name = p_name RETURNING fence INTO granted;
+  PERFORM pg_notify(next_waiter.channel, next_waiter.owner || ' ' || granted || ' ' || ${epochMs('t')});
+  RETURN next_waiter.owner;
+END $$;
+
+-- Take the lock if it is free (or its lease ended) and nobody waits; else queue (p_queue) behind the others. Called
+-- again by a waiting process (its safety net), it refreshes the entry, takes a lock its entry was
+-- granted or that expired with nobody ahead, and queues anew an entry that was dropped.
+-- granted_fence is NULL while waiting; left_ms is what is left of the holder's lease.
+CREATE OR REPLACE FUNCTION ${n.acquire}(p_name text, p_owner text, p_channel text, p_ttl_ms integer, p_alive_ms integer, p_queue boolean,
+  OUT granted_fence bigint, OUT left_ms double precision, OUT server_ms double precision)
+LANGUAGE plpgsql AS $$
+DECLARE
+  held ${n.locks}%ROWTYPE;
+  t timestamptz;
+BEGIN
+  LOOP
+    SELECT * INTO held FROM ${n.locks} WHERE name = p_name FOR UPDATE;
+    EXIT WHEN FOUND;
+    t := clock_timestamp();
+    INSERT INTO ${n.locks} (name, owner, fence, expires_at) VALUES (p_name, p_owner, nextval(${n.fenceLiteral}), t + ${ms('p_ttl_ms')})
+      ON CONFLICT (name) DO NOTHING RETURNING fence INTO granted_fence;
+    IF FOUND THEN
+      left_ms := p_ttl_ms;
+      server_ms := ${epochMs('t')};
+      RETURN;
+    END IF;
+  END LOOP;
+  t := clock_timestamp();
+  server_ms := ${epochMs('t')};
+  IF held.expires_at <= t THEN
+    IF ${n.grantNext}(p_name, t) IS NULL THEN
+      DELETE FROM ${n.queue} WHERE name = p_name;
+      UPDATE ${n.locks} SET owner = p_owner, fence = nextval(${n.fenceLiteral}), expires_at = t + ${ms('p_ttl_ms')}
+        WHERE name = p_name RETURNING * INTO held;
+    ELSE
+      SELECT * INTO held FROM ${n.locks} WHERE name = p_name;
+    END IF;
+  END IF;
+  left_ms := ${epochMs('held.expires_at')} - server_ms;
+  IF held.owner = p_owner THEN
+    granted_fence := held.fence;
+    RETURN;
+  END IF;
+  UPDATE ${n.queue} SET alive_until = t + ${ms('p_alive_ms')} WHERE owner = p_owner AND name = p_name;
+  IF NOT FOUND AND p_queue THEN
+    INSERT INTO ${n.queue} (name, owner, channel, ttl_ms, alive_until) VALUES (p_name, p_owner, p_channel, p_ttl_ms, t + ${ms('p_alive_ms')});
+  END IF;
+END $$;
+
+-- Let go, owner-checked and idempotent: a holder hands the lock to the next live waiter in this
+-- same statement (or frees the name when nobody waits); a waiter leaves the queue.
+CREATE OR REPLACE FUNCTION ${n.release}(p_name text, p_owner text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+  handed_to text;
+BEGIN
+  PERFORM 1 FROM ${n.locks} WHERE name = p_name AND owner = p_owner FOR UPDATE;
+  IF NOT FOUND THEN
+    DELETE FROM ${n.queue} WHERE owner = p_owner AND name = p_name;
+    RETURN NULL;
+  END IF;
+  handed_to := ${n.grantNext}(p_name, clock_timestamp());
+  IF handed_to IS NULL THEN
+    DELETE FROM ${n.queue} WHERE name = p_name;
+    DELETE FROM ${n.locks} WHERE name = p_name;
+  END IF;
+  RETURN handed_to;
+END $$;
+`;
+}
+
+/** The DDL for a migration, for `{ schema, table }` as given to the backend (defaults: public, distributed_locks). */
+export function postgresLockSchemaSql(names: Partial<PostgresNames> = {}): string {
+  return schemaDdl({ ...DEFAULT_NAMES, ...names });
+}

@@ -1,0 +1,418 @@
+import { Logger } from '@nestjs/common';
+import { randomBytes } from 'node:crypto';
+import type { ClientConfig, Pool, PoolConfig } from 'pg';
+import { LockBackendError } from '../../errors';
+import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
+import type { BackendSettings } from '../backend-definition';
+import { BackendLifecycle } from '../backend-lifecycle';
+import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
+import { loadPeer } from '../load-peer';
+import type { BatchEntries } from '../local-queue/local-queues';
+import { LocalQueues } from '../local-queue/local-queues';
+import { ServerClock } from '../server-clock';
+import { PostgresBatch } from './postgres-batch';
+import { PostgresCalls } from './postgres-calls';
+import { StatementCoalescer } from './postgres-coalescer';
+import { PostgresListener } from './postgres-listener';
+import { namesOf, postgresAddress, validatePostgresOptions, type PostgresBackendOptions } from './postgres-options';
+import { schemaDdl } from './postgres-schema';
+import { PostgresSafetyNet } from './postgres-safety-net';
+import { statements, type AcquireRow, type Statements } from './postgres-statements';
+
+const logger = new Logger('DistributedLock');
+
+/**
+ * A grant whose lease, counted from a moment known to precede it, has less than this share of its
+ * ttl left is confirmed (renewed) before its caller gets it: the first renewal comes a third of
+ * the ttl after the grant, too late for a shorter remainder.
+ */
+const LATE_GRANT_SHARE = 1 / 3;
+/**
+ * Processes that start together would race in CREATE ... IF NOT EXISTS (a duplicate catalog row);
+ * the schema is created in one implicit transaction, behind this lock.
+ */
+const CREATE_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('nest-distributed-lock schema'));\n";
+
+interface HeldLock {
+  readonly grant: LockGrant;
+  readonly batch: PostgresBatch;
+}
+
+/**
+ * Locks in PostgreSQL as lease rows, not held connections: one row per held name (owner, fence
+ * from a sequence, expiry on the database's clock), a FIFO queue table, and a hand-off in the
+ * releasing statement that notifies the next waiter's process on its own channel. A process's
+ * callers of one name share one queue entry (LocalQueues). See docs/postgres.md.
+ */
+export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBatch> {
+  readonly name = 'postgres';
+  readonly maxKeyBytes = 1024;
+  readonly address: string;
+  /** Names this process's channel and entries: 72 random bits. */
+  private readonly clientId = randomBytes(9).toString('hex');
+  private readonly lifecycle = new BackendLifecycle('postgres');
+  private readonly calls: PostgresCalls;
+  private readonly sql: Statements;
+  private readonly listener: PostgresListener;
+  private readonly clock = new ServerClock();
+  /** One loss signal for every grant: the backend learns of a lost lease only by asking (renew), except at close. */
+  private readonly closing = new AbortController();
+  private readonly held = new Map<string, HeldLock>();
+  /** Entries being queued or waiting at the server, by entry owner: where a notified grant goes. */
+  private readonly entries = new Map<string, PostgresBatch>();
+  private readonly queues: LocalQueues<PostgresBatch>;
+  private readonly safetyNet: PostgresSafetyNet;
+  /** Entries queued, and entries released, by many callers at once share statements (a burst of distinct names). */
+  private readonly queueing: StatementCoalescer<PostgresBatch, AcquireRow>;
+  private readonly releasing: StatementCoalescer<PostgresBatch, undefined>;
+  private readonly startupWarning: NodeJS.Timeout;
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly ownsPool: boolean,
+    listenConfig: ClientConfig,
+    address: string,
+    options: PostgresBackendOptions,
+    settings: BackendSettings,
+  ) {
+    this.address = address;
+    const names = namesOf(options);
+    this.sql = statements(names);
+    this.calls = new PostgresCalls(pool, this.address, settings.serverTimeoutMs, options.createSchema === false ? async () => undefined : once(() => pool.query(CREATE_SCHEMA_LOCK + schemaDdl(names)).then(() => undefined)));
+    this.queues = new LocalQueues<PostgresBatch>(
+      this,
+      (name, id) => new PostgresBatch(name, id, this.clientId),
+      () => this.lifecycle.isOpen,
+      () => this.lifecycle.closedWhileWaiting(),
+    );
+    this.safetyNet = new PostgresSafetyNet(this.calls, this.sql, `lock_${this.clientId}`, this.clock, () => this.waitingEntries(), {
+      granted: (batch, fence, leaseEndsAfter) => this.granted(batch, fence, leaseEndsAfter - batch.ttlMs),
+      left: (batch) => void this.letGo(batch),
+    });
+    this.queueing = new StatementCoalescer((batches) =>
+      byName(batches, (sorted) =>
+        this.calls.query<AcquireRow>('queue for a lock', this.sql.queueMany, [
+          sorted.map((batch) => batch.name),
+          sorted.map((batch) => batch.entry),
+          sorted.map((batch) => batch.ttlMs),
+          sorted.map((batch) => batch.aliveMs),
+          this.listener.channel,
+        ]),
+      ),
+    );
+    this.releasing = new StatementCoalescer((batches) =>
+      byName(batches, async (sorted) => {
+        await this.calls.query('release a lock', this.sql.releaseMany, [sorted.map((batch) => batch.name), sorted.map((batch) => batch.entry)]);
+        return sorted.map(() => undefined);
+      }),
+    );
+    const { Client } = loadPeer<typeof import('pg')>('pg', 'postgres');
+    this.listener = new PostgresListener(Client, { ...listenConfig, keepAlive: true, connectionTimeoutMillis: settings.serverTimeoutMs }, `lock_${this.clientId}`, {
+      notified: (payload) => this.notified(payload),
+      resumed: () => this.safetyNet.checkNow(),
+      failed: (error) => this.calls.failed(error),
+    });
+    this.startupWarning = setTimeout(() => {
+      if (this.listener.isListening || !this.lifecycle.isOpen) return;
+      const why = this.calls.unreachable();
+      logger.warn(
+        `The postgres server at ${this.address} could not be reached within ${settings.serverTimeoutMs} ms of startup` +
+          `${why ? ` (${why.message})` : ''}; lock calls fail with LockServerUnreachableError until it can be. Connecting goes on in the background.`,
+      );
+    }, settings.serverTimeoutMs);
+    this.startupWarning.unref();
+  }
+
+  unreachable(): Error | undefined {
+    return this.calls.unreachable();
+  }
+
+  /** Joins this process's batch for the name (LocalQueues); bounded by the request's signal. */
+  async acquire(request: AcquireRequest): Promise<LockGrant> {
+    this.lifecycle.assertOpen();
+    request.signal.throwIfAborted();
+    return this.queues.acquire(request);
+  }
+
+  /** One statement: take the lock if it is free and nobody waits. A name this process queues for is busy. */
+  async tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+    this.lifecycle.assertOpen();
+    if (this.queues.has(request.key)) return null;
+    const batch = new PostgresBatch(request.key, `~t${(trySeq++).toString(36)}`, this.clientId);
+    batch.ttlMs = Math.ceil(request.ttlMs);
+    const sentAt = performance.now();
+    let row: AcquireRow;
+    try {
+      [row] = await this.calls.query<AcquireRow>('take a lock', this.sql.acquire, [batch.name, batch.entry, this.listener.channel, batch.ttlMs, batch.aliveMs, false]);
+    } catch (error) {
+      // It may still have run (an answer that came too late): take back what it took.
+      void this.letGo(batch);
+      throw error;
+    }
+    this.clock.sample(row.server_ms, sentAt);
+    if (row.granted_fence === null) return null;
+    this.leaseFrom(batch, sentAt + row.left_ms - batch.ttlMs, batch.ttlMs);
+    this.queues.adopt(batch, BigInt(row.granted_fence));
+    batch.holder = request.owner;
+    return this.grant(batch, request);
+  }
+
+  /** One owner-checked UPDATE of the entry's row: false when the lease is no longer ours. */
+  async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
+    const held = this.heldFor(grant);
+    if (!held || held.batch.lost) return false;
+    if (await this.renewRow(held.batch, Math.ceil(ttlMs), 'renew a lock')) return true;
+    this.held.delete(grant.owner);
+    this.entryLost(held.batch, 'renew a lock');
+    return false;
+  }
+
+  /** The next caller of this batch gets the lock with no round trip (LocalQueues); with none left, the release statement hands it on. */
+  async release(grant: LockGrant, validForMs?: number): Promise<void> {
+    const held = this.heldFor(grant);
+    if (!held) return;
+    this.held.delete(grant.owner);
+    await this.queues.release(held.batch, validForMs);
+  }
+
+  async close(): Promise<void> {
+    if (!this.lifecycle.beginClose()) return;
+    clearTimeout(this.startupWarning);
+    this.queues.closeAll(this.lifecycle.closedWhileWaiting());
+    this.closing.abort(this.lifecycle.closedWhileHeld());
+    const releases = [...new Set([...this.held.values()].map((held) => held.batch))].map((batch) => this.letGo(batch));
+    this.held.clear();
+    this.safetyNet.stop();
+    this.listener.close();
+    // Best effort, and never long: with the server unreachable the leases expire on their own.
+    await Promise.race([Promise.all(releases), new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
+    if (this.ownsPool) await this.pool.end().catch(() => undefined);
+  }
+
+  /** BatchEntries: one statement takes the lock, or queues the batch's entry behind the others. */
+  send(batch: PostgresBatch): void {
+    this.entries.set(batch.entry, batch);
+    this.enqueue(batch);
+  }
+
+  /** Also the way back into the queue for an entry whose late grant had already been taken over. */
+  private enqueue(batch: PostgresBatch): void {
+    const sentAt = performance.now();
+    batch.askedAt = sentAt;
+    batch.refreshedAt = sentAt;
+    const listening = this.listener.generation;
+    this.queueing.run(batch).then(
+      (row) => {
+        this.clock.sample(row.server_ms, sentAt);
+        // Everyone left (or the backend closed) while the statement was on its way: leave the queue.
+        if (batch.state === 'ended') return void this.letGo(batch);
+        if (row.granted_fence !== null) {
+          this.granted(batch, BigInt(row.granted_fence), sentAt + row.left_ms - batch.ttlMs);
+          return this.queues.sent(batch, false);
+        }
+        this.queues.sent(batch, true);
+        batch.holderEndsAt = performance.now() + row.left_ms;
+        const early = batch.earlyGrant;
+        batch.earlyGrant = undefined;
+        if (early) this.granted(batch, early.fence, Math.max(batch.askedAt, this.clock.earliestLocal(early.serverMs)));
+        // Queued before this LISTEN was in place: a grant notified meanwhile was lost, and the check
+        // that LISTEN's resumption ran did not cover this entry yet (it was still being sent).
+        // (Not listening now: LISTEN's resumption checks this entry, queued by then.)
+        else if (this.listener.generation !== undefined && listening !== this.listener.generation) this.safetyNet.checkNow();
+        else this.safetyNet.schedule();
+      },
+      (error) => {
+        this.queues.end(batch, error);
+        void this.letGo(batch);
+      },
+    );
+  }
+
+  /** BatchEntries: the callers left or the backend closes. A statement still on its way leaves the queue when answered (enqueue). */
+  withdraw(batch: PostgresBatch, reason: unknown): void {
+    const queued = batch.state === 'queued';
+    this.queues.end(batch, reason);
+    if (queued) void this.letGo(batch);
+  }
+
+  /** BatchEntries: the release statement hands the lock to the next live entry, or frees the name. */
+  async remove(batch: PostgresBatch): Promise<void> {
+    this.entries.delete(batch.entry);
+    await this.releasing.run(batch);
+  }
+
+  /** BatchEntries: the previous holder let go without knowing its lease valid: renew the entry's row. */
+  async confirm(batch: PostgresBatch): Promise<true | Error> {
+    try {
+      if (await this.renewRow(batch, batch.ttlMs, 'keep a lock for the next caller')) return true;
+    } catch (error) {
+      void this.letGo(batch);
+      return error as Error;
+    }
+    batch.lost = true;
+    return this.leaseGone('keep a lock for the next caller');
+  }
+
+  usable(batch: PostgresBatch): boolean {
+    return !batch.lost;
+  }
+
+  /**
+   * BatchEntries: the grant of a caller served under the batch's entry. Its lease never counts
+   * past the entry's lease at the server; when too little of that is left for the caller's first
+   * renewal, the row is renewed now and the caller holds under the old lease until then.
+   */
+  grant(batch: PostgresBatch, { key, owner, ttlMs }: Pick<AcquireRequest, 'key' | 'owner' | 'ttlMs'>): LockGrant {
+    const now = performance.now();
+    const requestedAt = Math.min(now, batch.leaseFrom + batch.leaseTtlMs - ttlMs);
+    let provisional: LockGrant['provisional'];
+    if (requestedAt + ttlMs - now < (ttlMs * 2) / 3) {
+      const sentAt = now;
+      const recorded = this.renewRow(batch, Math.ceil(ttlMs), 'renew a lock').then(
+        (renewed) => (renewed ? sentAt : undefined),
+        () => new Promise<undefined>(() => undefined), // could not tell: the lease's own renewals go on
+      );
+      provisional = { validUntil: batch.leaseFrom + batch.leaseTtlMs, recorded };
+    }
+    const grant: LockGrant = { key, owner, fencingToken: batch.token(), lost: this.closing.signal, requestedAt, provisional };
+    this.held.set(owner, { grant, batch });
+    return grant;
+  }
+
+  /** A grant pushed by the releasing statement: `<entry> <fence> <server ms at the grant>`. */
+  private notified(payload: string): void {
+    const [entry, fence, serverMs] = payload.split(' ');
+    const batch = this.entries.get(entry);
+    if (!batch || !/^\d+$/.test(fence ?? '')) return; // an entry that left: its release statement hands the lock on
+    if (batch.state === 'sending') batch.earlyGrant = { fence: BigInt(fence), serverMs: Number(serverMs) };
+    else if (batch.state === 'queued') this.granted(batch, BigInt(fence), Math.max(batch.askedAt, this.clock.earliestLocal(Number(serverMs))));
+  }
+
+  /**
+   * The entry holds the lock, with a lease that began no earlier than `requestedAt`. A grant that
+   * came so late that little of its lease is left is confirmed first; one that ran out meanwhile
+   * (taken over by the next waiter) queues again at the tail.
+   */
+  private granted(batch: PostgresBatch, fence: bigint, requestedAt: number): void {
+    if (batch.state === 'ended' || batch.state === 'holding' || batch.confirming) return;
+    const ttlMs = batch.ttlMs;
+    if (requestedAt + ttlMs - performance.now() >= ttlMs * LATE_GRANT_SHARE) {
+      this.entries.delete(batch.entry);
+      this.leaseFrom(batch, requestedAt, ttlMs);
+      return this.queues.holds(batch, fence);
+    }
+    batch.confirming = true;
+    batch.entryToken = fence;
+    this.renewRow(batch, ttlMs, 'confirm a late grant of a lock').then(
+      (renewed) => {
+        batch.confirming = false;
+        if (batch.state === 'ended') return void this.letGo(batch);
+        if (!renewed) return this.enqueue(batch);
+        this.entries.delete(batch.entry);
+        this.queues.holds(batch, fence);
+      },
+      (error) => {
+        batch.confirming = false;
+        this.queues.end(batch, error);
+        void this.letGo(batch);
+      },
+    );
+  }
+
+  /** The entry's row, owner- and fence-checked, extended to `ttlMs` from now; false when it is not ours. */
+  private async renewRow(batch: PostgresBatch, ttlMs: number, operation: string): Promise<boolean> {
+    const sentAt = performance.now();
+    const rows = await this.calls.query<{ server_ms: number }>(operation, this.sql.renew, [batch.name, batch.entry, ttlMs, batch.entryToken!.toString()]);
+    if (rows.length === 0) return false;
+    this.clock.sample(rows[0].server_ms, sentAt);
+    this.leaseFrom(batch, sentAt, ttlMs);
+    return true;
+  }
+
+  private leaseFrom(batch: PostgresBatch, from: number, ttlMs: number): void {
+    batch.leaseFrom = from;
+    batch.leaseTtlMs = ttlMs;
+  }
+
+  /** Leaves the queue, or lets go of the lock, owner-checked: best effort, the lease or the entry's liveness ends it otherwise. */
+  private letGo(batch: PostgresBatch): Promise<void> {
+    this.entries.delete(batch.entry);
+    return this.releasing.run(batch).then(
+      () => undefined,
+      () => undefined,
+    );
+  }
+
+  /** The entries waiting at the server, for the safety net. */
+  private *waitingEntries(): Iterable<PostgresBatch> {
+    for (const batch of this.entries.values()) if (batch.state === 'queued' && !batch.confirming) yield batch;
+  }
+
+  private entryLost(batch: PostgresBatch, operation: string): void {
+    batch.lost = true;
+    this.queues.end(batch, this.leaseGone(operation));
+  }
+
+  private leaseGone(operation: string): LockBackendError {
+    return new LockBackendError('postgres', operation, new Error('the lease row is gone: it expired and another holder took the lock, or an operator removed it'), this.address);
+  }
+
+  /** The held lock of this very grant: a forged or stale grant with a reused owner id does not match. */
+  private heldFor(grant: LockGrant): HeldLock | undefined {
+    const held = this.held.get(grant.owner);
+    return held?.grant.fencingToken === grant.fencingToken ? held : undefined;
+  }
+}
+
+let trySeq = 0;
+
+/**
+ * Runs a statement over the batches sorted by name, so that two processes' statements lock the
+ * names' rows in one order (no deadlock), and answers in the batches' own order.
+ */
+async function byName<Output>(batches: PostgresBatch[], run: (sorted: PostgresBatch[]) => Promise<Output[]>): Promise<Output[]> {
+  const order = batches.map((_, i) => i).sort((a, b) => (batches[a].name < batches[b].name ? -1 : batches[a].name > batches[b].name ? 1 : a - b));
+  const outputs = await run(order.map((i) => batches[i]));
+  const answers = new Array<Output>(batches.length);
+  order.forEach((i, k) => (answers[i] = outputs[k]));
+  return answers;
+}
+
+function once(run: () => Promise<void>): () => Promise<void> {
+  let running: Promise<void> | undefined;
+  return () => {
+    // A failure (the server was down) is tried again by the next statement.
+    running ??= run().catch((error) => {
+      running = undefined;
+      throw error;
+    });
+    return running;
+  };
+}
+
+/**
+ * Builds the backend for `{ type: 'postgres', ... }`, loading pg only now (an optional peer).
+ * Never waits for the server: the LISTEN connection opens in the background and the schema is
+ * created by the first statement.
+ */
+export function createPostgresBackend(options: PostgresBackendOptions, settings: BackendSettings = { ttlMs: DEFAULT_TTL_MS, serverTimeoutMs: DEFAULT_SERVER_TIMEOUT_MS }): PostgresLockBackend {
+  validatePostgresOptions(options);
+  const { Pool } = loadPeer<typeof import('pg')>('pg', 'postgres');
+  if (options.pool) {
+    const poolSettings = ((options.pool as { options?: PoolConfig }).options ?? {}) as ClientConfig;
+    const listenConfig = options.listenUrl ? { connectionString: options.listenUrl } : poolSettings;
+    return new PostgresLockBackend(options.pool as unknown as Pool, false, listenConfig, postgresAddress(poolSettings), options, settings);
+  }
+  const pool = new Pool({
+    connectionString: options.url,
+    connectionTimeoutMillis: settings.serverTimeoutMs,
+    // pg destroys a connection whose statement went unanswered, so a black-holed one is not reused.
+    query_timeout: settings.serverTimeoutMs + 100,
+    keepAlive: true,
+    application_name: 'nest-distributed-lock',
+  });
+  // An idle pooled connection that dies (pg_terminate_backend, a restart) is dropped by the pool; never an unhandled error.
+  pool.on('error', () => undefined);
+  const listenConfig = { connectionString: options.listenUrl ?? options.url, application_name: 'nest-distributed-lock-listen' };
+  return new PostgresLockBackend(pool, true, listenConfig, postgresAddress({ connectionString: options.url }), options, settings);
+}
