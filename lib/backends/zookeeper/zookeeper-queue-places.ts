@@ -66,6 +66,12 @@ export class QueuePlaces {
     if (!place.session.isWatched(place.node.path)) this.heads.delete(place.node.path);
   }
 
+  /** Lets a place go that will not hold: its node is deleted (a dead session's goes with it). */
+  drop(place: QueuePlace): void {
+    this.leave(place);
+    if (place.session.alive) this.nodes.delete(place.session, place.node.path).catch(() => undefined);
+  }
+
   clear(): void {
     this.heads.clear();
   }

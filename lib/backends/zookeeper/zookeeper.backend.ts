@@ -2,7 +2,7 @@ import { DistributedLockError } from '../../errors';
 import { BackendLifecycle } from '../backend-lifecycle';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
 import { LocalQueues, type BatchEntries } from '../local-queue/local-queues';
-import type { ZkModule } from './zookeeper-client';
+import type { ZkModule, ZkStat } from './zookeeper-client';
 import { ZooKeeperBatch, type QueuePlace } from './zookeeper-batch';
 import { LockNodes } from './zookeeper-lock-nodes';
 import { LockParents, PARENT_IDLE_MS } from './zookeeper-parents';
@@ -153,7 +153,7 @@ export class ZooKeeperLockBackend implements LockBackend, BatchEntries<ZooKeeper
       (place) => this.startHolding(batch, place, stop),
       (error: unknown) => {
         if (!stop.aborted) withdrawn.abort(error);
-        placed.then((place) => this.dropPlace(place), () => undefined);
+        placed.then((place) => this.places.drop(place), () => undefined);
         this.queues.end(batch, error);
         this.parentIdle(batch, batch.session);
       },
@@ -183,18 +183,17 @@ export class ZooKeeperLockBackend implements LockBackend, BatchEntries<ZooKeeper
    */
   async confirm(batch: ZooKeeperBatch): Promise<true | Error> {
     const place = batch.place!;
+    let stat: ZkStat | null;
     try {
-      const stat = await this.sessions.bounded(place.session.exists(place.node.path), 'keep its place in the queue');
-      if (batch.place === place && !(stat && place.session.owns(stat))) {
-        this.entryLost(batch, new DistributedLockError(`Lock node ${place.node.path} is gone.`));
-      }
+      stat = await this.sessions.bounded(place.session.exists(place.node.path), 'keep its place in the queue');
     } catch (error) {
+      // Lost meanwhile, the batch queues again: LocalQueues serves it once its new node holds.
       if (batch.place !== place) return true;
       this.queues.end(batch, error);
       void this.remove(batch).catch(() => undefined);
       return error as Error;
     }
-    // Queued again (no longer holding): serving the batch then waits for its new node.
+    if (batch.place === place && !(stat && place.session.owns(stat))) this.entryLost(batch, new DistributedLockError(`Lock node ${place.node.path} is gone.`));
     return true;
   }
 
@@ -234,7 +233,7 @@ export class ZooKeeperLockBackend implements LockBackend, BatchEntries<ZooKeeper
       return null;
     }
     if (stop.aborted || !this.watchHolding(batch, place)) {
-      this.dropPlace(place);
+      this.places.drop(place);
       this.parentIdle(batch, place.session);
       throw stop.reason ?? new DistributedLockError(`Lock node ${place.node.path} was lost as it was granted.`);
     }
@@ -247,7 +246,7 @@ export class ZooKeeperLockBackend implements LockBackend, BatchEntries<ZooKeeper
   /** The batch's node heads the queue: its first caller gets the lock (LocalQueues.holds). */
   private startHolding(batch: ZooKeeperBatch, place: QueuePlace, stop: AbortSignal): void {
     if (stop.aborted) {
-      this.dropPlace(place);
+      this.places.drop(place);
       this.queues.end(batch, stop.reason);
       return this.parentIdle(batch, place.session);
     }
@@ -297,18 +296,12 @@ export class ZooKeeperLockBackend implements LockBackend, BatchEntries<ZooKeeper
       holder.lost.abort(reason);
     }
     this.queues.requeue(batch);
-    // Ended, with nobody waiting: nothing of ours may be left under the parent.
     this.parentIdle(batch, place.session);
   }
 
-  /** Lets a place go that will not hold: its node is deleted (a dead session's goes with it). */
-  private dropPlace(place: QueuePlace): void {
-    this.places.leave(place);
-    if (place.session.alive) this.nodes.delete(place.session, place.node.path).catch(() => undefined);
-  }
-
   /**
-   * Nothing of this process is left under the name's parent: let it be removed once idle. A dead
+   * When nothing of this process is left under the name's parent (no batch of the name: a batch
+   * that queues again still is one), let it be removed once idle. A dead
    * session's node is only deleted when the server expires the session, at most one session
    * timeout from now.
    */

@@ -96,6 +96,28 @@ describe('ZooKeeper lock queue', () => {
     assert.match(String((lock.signal.reason as LockLostError).cause), /^DistributedLockError: Lock node \S+ was deleted by another client\.$/);
   });
 
+  it("a holder's node deleted by someone else while callers of its batch wait: the holder is told, they queue again on a new node", async () => {
+    const name = `vandalised-batch-${Date.now()}`;
+    const { service } = client();
+    // One turn of the event loop: both callers share one node, the second served after the first.
+    const [first, second] = [service.acquire(name), service.acquire(name, { waitTimeoutMs: 20_000 })];
+    const held = await first;
+    const [node] = await queueOf(name);
+    await inspector.remove(`${parentOf(name)}/${node}`);
+    await abortedWithin(held.signal, 1_000);
+    const next = await second;
+    const [newNode, ...others] = await queueOf(name);
+    assert.deepEqual(others, []);
+    assert.notEqual(newNode, node, 'the waiting caller was served under the deleted node');
+    // The batch's second turn, under its new node.
+    assert.equal(next.fencingToken, batchToken((await inspector.czxid(`${parentOf(name)}/${newNode}`))!, 1n));
+    assert.ok(next.fencingToken > held.fencingToken);
+    await held.release();
+    assert.equal(next.isHeld, true, "the lost holder's release ended the next one's lock");
+    await next.release();
+    assert.deepEqual(await queueOf(name), []);
+  });
+
   it('50 short waits behind a long-held lock leave one watcher function on the holder\'s node, and no warning', async () => {
     const name = `short-waits-${Date.now()}`;
     const held = await client().service.acquire(name, { ttlMs: 60_000 });
