@@ -141,7 +141,7 @@ describe('ZooKeeper lock queue', () => {
     await held.release();
   });
 
-  it('wakes only the next waiter per release (no herd); every token is its node\'s czxid', async (t) => {
+  it('wakes only the next waiter per release (no herd); every token is its node\'s czxid << 16', async (t) => {
     const name = `no-herd-${Date.now()}`;
     const holder = client();
     let current = await holder.service.acquire(name);
