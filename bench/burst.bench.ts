@@ -1,11 +1,10 @@
-import { connect } from 'node:net';
 import { Redis } from 'ioredis';
 import type { BackendOptions } from '../lib';
 import { createBackend } from '../lib/backends/registry';
 import { EtcdCluster } from '../servers/etcd-server';
 import { lockServiceOver } from './lock-services';
 import { commandsExecuted, startRedisServer } from '../servers/redis-server';
-import { startZooKeeperServer } from '../servers/zookeeper-server';
+import { startZooKeeperServer, transactionCount } from '../servers/zookeeper-server';
 
 const BURST = 1000;
 
@@ -43,7 +42,7 @@ export async function run(): Promise<void> {
   }
   const zookeeper = await startZooKeeperServer();
   try {
-    await report('zookeeper', 'transactions', { type: 'zookeeper', connectionString: zookeeper.connectionString }, () => lastZxid(zookeeper.port));
+    await report('zookeeper', 'transactions', { type: 'zookeeper', connectionString: zookeeper.connectionString }, () => transactionCount(zookeeper.port));
   } finally {
     await zookeeper.stop();
   }
@@ -77,20 +76,4 @@ async function burst(writes: () => Promise<number>, call: (i: number) => Promise
   const errors = outcomes.filter((outcome) => outcome.status === 'rejected');
   if (errors.length > 0) console.log(`  first error: ${String((errors[0] as PromiseRejectedResult).reason)}`);
   return { errors: errors.length, writes: (await writes()) - before, makespanMs };
-}
-
-/** The counter part of the server's last zxid, from the `srvr` four-letter command. */
-function lastZxid(port: number): Promise<number> {
-  return new Promise((resolve, reject) => {
-    let text = '';
-    const socket = connect(port, '127.0.0.1', () => socket.end('srvr'));
-    socket.on('data', (chunk) => (text += chunk));
-    socket.on('error', reject);
-    socket.on('close', () => {
-      const zxid = /Zxid: 0x([0-9a-f]+)/i.exec(text)?.[1];
-      if (!zxid) return reject(new Error(`no Zxid in srvr output: ${text}`));
-      // The low 32 bits count transactions within an epoch.
-      resolve(Number(BigInt(`0x${zxid}`) & 0xffffffffn));
-    });
-  });
 }

@@ -42,7 +42,7 @@ export async function startZooKeeperServer(options: ZooKeeperServerOptions = {})
       'admin.enableServer=false',
       `minSessionTimeout=${tickTimeMs * 2}`,
       `maxSessionTimeout=${Math.max(tickTimeMs * 20, 60_000)}`,
-      '4lw.commands.whitelist=ruok',
+      '4lw.commands.whitelist=ruok,srvr',
       ...(options.config ?? []),
     ];
     const configFile = path.join(dir, 'zoo.cfg');
@@ -64,6 +64,18 @@ export async function startZooKeeperServer(options: ZooKeeperServerOptions = {})
       stop: () => server.stop(),
     };
   });
+}
+
+/**
+ * How many transactions the server has applied in its current epoch: the counter part (low 32
+ * bits) of its last zxid, from the `srvr` four-letter word. Every write gets one (a multi one in
+ * all, a failed write one too); reads, watches and pings none.
+ */
+export async function transactionCount(port: number): Promise<number> {
+  const answer = await fourLetterWord(port, 'srvr');
+  const zxid = /Zxid: 0x([0-9a-f]+)/i.exec(answer)?.[1];
+  if (!zxid) throw new Error(`no Zxid in the srvr answer: ${answer}`);
+  return Number(BigInt(`0x${zxid}`) & 0xffffffffn);
 }
 
 function fourLetterWord(port: number, word: string): Promise<string> {

@@ -166,6 +166,19 @@ export class LocalQueues<B extends Batch> {
     else this.pump(queue);
   }
 
+  /**
+   * The entry of a holding batch is gone (its session died, someone deleted it) and its holder
+   * was told: the callers still waiting never had the lock, so they keep their batch, which puts
+   * a new entry at the back of the server's queue (send). With nobody waiting the batch ends.
+   */
+  requeue(batch: B): void {
+    if (batch.state !== 'holding') return;
+    batch.holder = undefined;
+    if (!batch.hasCallers || !this.isOpen()) return this.end(batch);
+    batch.state = 'sending';
+    this.entries.send(batch);
+  }
+
   /** The backend closes: every batch ends with `error`, entries still queued are taken back. */
   closeAll(error: unknown): void {
     for (const batch of this.batches()) {

@@ -70,7 +70,7 @@ export function zkCode(error: unknown): number | undefined {
   return typeof code === 'number' ? code : undefined;
 }
 
-/** A zxid as the fencing token: 8 bytes, big-endian, never negative in practice (epoch << 32 | counter). */
+/** A zxid as a bigint (a lock node's czxid is its batch's entry token): 8 bytes, big-endian, never negative in practice (epoch << 32 | counter). */
 export function zxidOf(buffer: Buffer): bigint {
   return buffer.readBigInt64BE(0);
 }

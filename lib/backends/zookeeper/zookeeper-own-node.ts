@@ -34,6 +34,11 @@ export class OwnNodeWatch {
     return this.deleted.reason === undefined;
   }
 
+  /** The node is known deleted by someone else, as of every event and reply received so far. */
+  get isGone(): boolean {
+    return this.deleted.reason !== undefined;
+  }
+
   /** Calls `listener` once if the node is deleted by someone else (at once if it already was); returns an unsubscribe. */
   onGone(listener: (reason: Error) => void): () => void {
     return this.deleted.listen(listener);

@@ -1,60 +1,50 @@
 import { DistributedLockError } from '../../errors';
 import { BackendLifecycle } from '../backend-lifecycle';
-import { PendingWait } from '../pending-wait';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
-import { NODE_DELETED, ZkCode, zkCode, type ZkModule } from './zookeeper-client';
-import { LockNodes, type LockNode } from './zookeeper-lock-nodes';
-import { OwnNodeWatch } from './zookeeper-own-node';
+import { LocalQueues, type BatchEntries } from '../local-queue/local-queues';
+import type { ZkModule, ZkStat } from './zookeeper-client';
+import { ZooKeeperBatch, type QueuePlace } from './zookeeper-batch';
+import { LockNodes } from './zookeeper-lock-nodes';
 import { LockParents, PARENT_IDLE_MS } from './zookeeper-parents';
-import { lockNodeName, sortedLockNodes } from './zookeeper-paths';
+import { lockNodeName } from './zookeeper-paths';
+import { QueuePlaces } from './zookeeper-queue-places';
 import type { ZooKeeperSession, ZooKeeperSessionOptions } from './zookeeper-session';
 import { ZooKeeperSessions } from './zookeeper-sessions';
-import { AttemptAgain, isRetryable, pause, repeatOnConnectionLoss } from './zookeeper-wait';
 
-interface Holding {
+/** A grant of this backend, and the batch it was served under. */
+interface HeldLock {
   readonly grant: LockGrant;
-  readonly path: string;
-  readonly session: ZooKeeperSession;
   readonly lost: AbortController;
-  releasing: boolean;
-  /** Stops listening for the session's death and for our node's deletion. */
-  stopWatching: () => void;
+  readonly batch: ZooKeeperBatch;
 }
 
-/** Pause before starting an acquisition again after its session died, so a dead ensemble is not hammered. */
-const RETRY_PAUSE_MS = 100;
-
 /**
- * A fair lock on ephemeral sequential nodes, as Curator's InterProcessMutex: each acquisition
- * creates `<rootPath>/<encoded name>/_c_<attempt uuid>-lock-<sequence>`; the lowest sequence
- * holds; a waiter watches only the node just before its own, and its own node. One session per
- * backend, opened in the background at creation; a lock lives exactly as long as its node, and
- * its node as long as the session.
- *
- * Round trips: acquire uncontended 1 (parent create if unknown + create/touch transaction,
- * pipelined; the watch on our own node follows, not awaited), contended 2 (+ the children list,
- * then both watches pipelined); release 1 (delete); handoff: the waiter is told by the server's
- * watch event and, when the node it watched was the head of the queue it listed, owns the lock
- * at once (0 further round trips); further back, it lists the children once more (as Curator).
- * Empty parents are removed after PARENT_IDLE_MS without use (LockParents).
+ * A fair lock on ephemeral sequential nodes, as Curator's InterProcessMutex: a node
+ * `<rootPath>/<encoded name>/_c_<attempt uuid>-lock-<sequence>` per queued batch of this
+ * process's callers (LocalQueues), the lowest sequence holds, each batch watches only the node
+ * just before its own, and its own node. The callers of a batch take turns while its node holds,
+ * with no round trip between them; the fencing token is `(czxid << 16) + turn`. One session per
+ * backend, opened in the background at creation; a node lives as long as its session.
  */
-export class ZooKeeperLockBackend implements LockBackend {
+export class ZooKeeperLockBackend implements LockBackend, BatchEntries<ZooKeeperBatch> {
   readonly name = 'zookeeper';
   /** Longer keys are hashed by LockService first; lockNodeName hashes encoded names above 240 chars itself. */
   readonly maxKeyBytes = 4096;
   private readonly lifecycle = new BackendLifecycle('ZooKeeper');
   private readonly sessions: ZooKeeperSessions;
-  private readonly held = new Map<string, Holding>();
-  /**
-   * Lock nodes this backend was granted, kept while a waiter of ours watches them: such a node
-   * was the head of its queue, so the waiter behind it holds when it goes, without listing the
-   * queue again (a burst in one process hands over for one delete, not a delete and a list).
-   */
-  private readonly granted = new Set<string>();
+  private readonly held = new Map<string, HeldLock>();
+  /** This process's callers by lock name, in batches behind one node each. */
+  private readonly queues = new LocalQueues<ZooKeeperBatch>(
+    this,
+    (name, id) => this.newBatch(name, id),
+    () => this.lifecycle.isOpen,
+    () => this.lifecycle.closedWhileWaiting(),
+  );
   private readonly parents: LockParents;
   private readonly nodes: LockNodes;
-  /** One per call in progress: aborted when the call ends early (its bound, close), so its work cleans up behind it. */
-  private readonly calls = new Set<AbortController>();
+  private readonly places: QueuePlaces;
+  /** One per tryAcquire in progress: aborted when the call ends early (its bound, close), so its work cleans up behind it. */
+  private readonly tries = new Set<AbortController>();
 
   constructor(
     zk: ZkModule,
@@ -64,6 +54,7 @@ export class ZooKeeperLockBackend implements LockBackend {
     this.sessions = new ZooKeeperSessions(zk, options, serverTimeoutMs);
     this.parents = new LockParents(() => this.sessions.connected('remove an idle lock name', undefined));
     this.nodes = new LockNodes(this.parents, options.rootPath);
+    this.places = new QueuePlaces(this.sessions, this.nodes, this.parents);
   }
 
   get address(): string {
@@ -74,238 +65,254 @@ export class ZooKeeperLockBackend implements LockBackend {
     return this.sessions.unreachable();
   }
 
-  /** Ends with the caller's signal, or once the server has been unreachable for serverTimeoutMs during the call. */
-  acquire({ key, owner, ttlMs, signal }: AcquireRequest): Promise<LockGrant> {
-    return this.call('acquire', signal, async (stop) => {
-      for (;;) {
-        if (stop.aborted) throw stop.reason;
-        try {
-          return (await this.attempt(key, owner, ttlMs, stop, true))!;
-        } catch (error) {
-          if (stop.aborted) throw stop.reason;
-          if (!isRetryable(error)) throw error;
-          await pause(RETRY_PAUSE_MS, stop);
-        }
-      }
-    });
+  /**
+   * Joins this process's batch for the name (LocalQueues). Ends with the caller's signal, or once
+   * the server has been unreachable for serverTimeoutMs while the batch waited (see send).
+   */
+  async acquire(request: AcquireRequest): Promise<LockGrant> {
+    this.lifecycle.assertOpen();
+    request.signal.throwIfAborted();
+    return this.queues.acquire(request);
   }
 
-  tryAcquire({ key, owner, ttlMs }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
-    return this.call('try to acquire', undefined, (stop) => this.attempt(key, owner, ttlMs, stop, false));
+  /** A node of its own, deleted again unless it is the lowest. A name this process queues on is busy: null at once. */
+  async tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+    this.lifecycle.assertOpen();
+    if (this.queues.has(request.key)) return null;
+    const ended = new AbortController();
+    this.tries.add(ended);
+    const running = this.tryTake(request, ended.signal).then((grant) => {
+      // Granted as the call ended: give it back.
+      if (grant && ended.signal.aborted) this.release(grant).catch(() => undefined);
+      return grant;
+    });
+    try {
+      return await this.sessions.bounded(running, 'try to acquire', ended.signal);
+    } catch (error) {
+      if (!ended.signal.aborted) ended.abort(error);
+      throw error;
+    } finally {
+      this.tries.delete(ended);
+    }
   }
 
   /** The node still exists and belongs to this session: the lock is ours as long as the session lives. */
-  async renew(grant: LockGrant, _ttlMs: number): Promise<boolean> {
-    const holding = this.held.get(grant.owner);
-    if (!holding || holding.grant !== grant || holding.lost.signal.aborted || !holding.session.alive) return false;
+  async renew(grant: LockGrant): Promise<boolean> {
+    const held = this.heldFor(grant);
+    const place = held?.batch.place;
+    if (!held || !place || !place.session.alive) return false;
     try {
-      const stat = await this.sessions.bounded(holding.session.exists(holding.path), 'renew');
-      if (stat && holding.session.owns(stat)) return true;
-      this.lose(holding, new DistributedLockError(`Lock node ${holding.path} is gone.`));
+      const stat = await this.sessions.bounded(place.session.exists(place.node.path), 'renew');
+      if (stat && place.session.owns(stat)) return true;
+      if (held.batch.place === place) this.entryLost(held.batch, new DistributedLockError(`Lock node ${place.node.path} is gone.`));
       return false;
     } catch (error) {
-      if (!holding.session.alive) return false;
+      if (!place.session.alive) return false;
       throw error;
     }
   }
 
-  async release(grant: LockGrant): Promise<void> {
-    const holding = this.held.get(grant.owner);
-    if (!holding || holding.grant !== grant) return;
+  /**
+   * The next caller of the batch gets the lock with no round trip (LocalQueues.release); with
+   * nobody left the node is deleted, which wakes the next batch in the queue. A lock lost with
+   * its session or node is no longer held here: nothing to do.
+   */
+  async release(grant: LockGrant, validForMs?: number): Promise<void> {
+    const held = this.heldFor(grant);
+    if (!held) return;
     this.held.delete(grant.owner);
-    holding.releasing = true;
-    holding.stopWatching();
-    const { session, path } = holding;
-    if (!session.isWatched(path)) this.granted.delete(path);
-    this.parentIdle(parentOf(path), session);
-    // A dead session's nodes are deleted by the server; a new session never touches them. Past
-    // the bound, the delete still goes out once the connection is back (or the session ends).
-    if (session.alive) await this.sessions.bounded(this.nodes.delete(session, path), 'release');
+    await this.queues.release(held.batch, validForMs);
   }
 
   async close(): Promise<void> {
     if (!this.lifecycle.beginClose()) return;
-    for (const call of this.calls) call.abort(this.lifecycle.closedWhileWaiting());
-    for (const holding of this.held.values()) this.lose(holding, this.lifecycle.closedWhileHeld());
+    const waitError = this.lifecycle.closedWhileWaiting();
+    for (const call of this.tries) call.abort(waitError);
+    for (const batch of this.queues.batches()) batch.unwatch?.();
+    this.queues.closeAll(waitError);
+    const heldError = this.lifecycle.closedWhileHeld();
+    for (const held of this.held.values()) held.lost.abort(heldError);
     this.held.clear();
-    this.granted.clear();
+    this.places.clear();
     this.parents.removeIdleNow(this.sessions.existing);
     // Closing the session makes the server delete every node of it at once.
     await this.sessions.close();
   }
 
   /**
-   * Runs `work` until it settles, or until `signal` aborts, the server stays unreachable for
-   * serverTimeoutMs, or the backend closes: the call then ends at once, and `work` is told
-   * through its own signal, so that a node it creates after all is deleted, a grant released.
+   * BatchEntries: queues the batch's node and waits until it heads the queue. Ends with its
+   * callers (withdraw), or once the server has been unreachable for serverTimeoutMs since the
+   * batch's first caller came; a node placed after that is deleted behind it.
    */
-  private async call<T extends LockGrant | null>(operation: string, signal: AbortSignal | undefined, work: (stop: AbortSignal) => Promise<T>): Promise<T> {
-    this.lifecycle.assertOpen();
-    const ended = new AbortController();
-    const stop = signal ? AbortSignal.any([signal, ended.signal]) : ended.signal;
-    this.calls.add(ended);
-    const running = work(stop).then((grant) => {
-      // Granted as the call ended: give it back.
-      if (grant && stop.aborted) this.release(grant).catch(() => undefined);
-      return grant;
-    });
-    try {
-      return await this.sessions.bounded(running, operation, stop);
-    } catch (error) {
-      if (!ended.signal.aborted) ended.abort(error);
-      throw error;
-    } finally {
-      this.calls.delete(ended);
-    }
-  }
-
-  /**
-   * One go at the lock on one session: create our node, then wait (or, with `wait` false, give
-   * up) until it is the lowest. Our node is deleted on every way out but success, and the parent
-   * then left to be removed once idle.
-   */
-  private async attempt(key: string, owner: string, ttlMs: number, stop: AbortSignal, wait: boolean): Promise<LockGrant | null> {
-    const session = await this.sessions.connected(wait ? 'acquire' : 'try to acquire', stop);
-    const parent = `${this.options.rootPath}/${lockNodeName(key)}`;
-    this.parents.inUse(parent);
-    let node: LockNode | undefined;
-    let own: OwnNodeWatch | undefined;
-    try {
-      const created = await this.nodes.create(session, parent, owner);
-      node = created.node;
-      let children = created.children ?? (await repeatOnConnectionLoss(() => session.getChildren(parent)));
-      for (;;) {
-        const queue = sortedLockNodes(children);
-        const at = queue.indexOf(node.name);
-        if (at === -1) throw new AttemptAgain(`Lock node ${node.path} vanished while waiting.`);
-        if (at === 0) return await this.hold(session, key, owner, ttlMs, node, own);
-        if (!wait) {
-          await this.nodes.delete(session, node.path);
-          node = undefined;
-          this.parentIdle(parent, session);
-          return null;
-        }
-        // Sent before the predecessor's watch, in the same pipeline: see OwnNodeWatch.
-        own ??= new OwnNodeWatch(session, node.path);
-        const disconnections = session.disconnections;
-        const predecessor = `${parent}/${queue[at - 1]}`;
-        const deleted = await this.predecessorDeleted(session, predecessor, own, stop);
-        // Sequence numbers only grow, so nothing can have joined ahead of us: when the node we
-        // watched was the head of the queue (the head of the list we saw, or a node this backend
-        // was granted), its deletion makes us the head, no list needed, as long as our own node
-        // is still there. Its watch would have told us first, unless the connection dropped
-        // meanwhile (events replayed on reconnection come in no order): then list.
-        const wasHead = this.granted.delete(predecessor) || at === 1;
-        if (deleted && wasHead && session.disconnections === disconnections && (await own.stillThere())) {
-          return await this.hold(session, key, owner, ttlMs, node, own);
-        }
-        children = await repeatOnConnectionLoss(() => session.getChildren(parent));
-      }
-    } catch (error) {
-      own?.stop();
-      if (node) this.nodes.delete(session, node.path).catch(() => undefined);
-      this.parentIdle(parent, session);
-      throw error;
-    }
-  }
-
-  /**
-   * Resolves true when the predecessor is deleted, false on any other change worth a fresh look
-   * (another watch event, or a lost connection). Rejects with AttemptAgain when our own node is
-   * deleted first, with the signal's reason when `stop` aborts, or when the session dies.
-   */
-  private predecessorDeleted(session: ZooKeeperSession, path: string, own: OwnNodeWatch, stop: AbortSignal): Promise<boolean> {
-    const wait = new PendingWait<boolean>();
-    const stopHearingDeath = session.onDeath((reason) => wait.reject(reason));
-    const stopHearingGone = own.onGone((reason) => wait.reject(new AttemptAgain(reason.message)));
-    const watch = session.watch(path, (event) => wait.resolve(event.getType() === NODE_DELETED));
-    watch.set.then(
-      (exists) => exists || wait.resolve(true),
-      (error: unknown) => (zkCode(error) === ZkCode.CONNECTION_LOSS ? wait.resolve(false) : wait.reject(error)),
+  send(batch: ZooKeeperBatch): void {
+    const withdrawn = new AbortController();
+    batch.withdrawn = withdrawn;
+    const stop = withdrawn.signal;
+    const placed = this.places.take(batch, stop, () => this.queues.sent(batch, true));
+    this.sessions.bounded(placed, 'acquire', stop, batch.createdAt).then(
+      (place) => this.startHolding(batch, place, stop),
+      (error: unknown) => {
+        if (!stop.aborted) withdrawn.abort(error);
+        placed.then((place) => this.places.drop(place), () => undefined);
+        this.queues.end(batch, error);
+        this.parentIdle(batch, batch.session);
+      },
     );
-    wait.listen(stop);
-    const cleanup = () => {
+  }
+
+  /** BatchEntries: the batch's callers all left, or the backend closes. */
+  withdraw(batch: ZooKeeperBatch, reason: unknown): void {
+    batch.withdrawn?.abort(reason);
+  }
+
+  /** BatchEntries: the node goes (bounded like any call), and with it the lock, to the next batch in the queue. */
+  async remove(batch: ZooKeeperBatch): Promise<void> {
+    const place = batch.place;
+    if (!place) return;
+    this.stopHolding(batch);
+    this.parentIdle(batch, place.session);
+    // A dead session's nodes are deleted by the server. Past the bound, the delete still goes
+    // out once the connection is back (or the node goes with the session).
+    if (place.session.alive) await this.sessions.bounded(this.nodes.delete(place.session, place.node.path), 'release');
+  }
+
+  /**
+   * BatchEntries: a holder let go without knowing its lease valid: our node still exists, on our
+   * session (then it is still the lowest: nothing joins ahead of a node). A node found gone is
+   * queued again (entryLost), as is one whose session died meanwhile.
+   */
+  async confirm(batch: ZooKeeperBatch): Promise<true | Error> {
+    const place = batch.place!;
+    let stat: ZkStat | null;
+    try {
+      stat = await this.sessions.bounded(place.session.exists(place.node.path), 'keep its place in the queue');
+    } catch (error) {
+      // Lost meanwhile, the batch queues again: LocalQueues serves it once its new node holds.
+      if (batch.place !== place) return true;
+      this.queues.end(batch, error);
+      void this.remove(batch).catch(() => undefined);
+      return error as Error;
+    }
+    if (batch.place === place && !(stat && place.session.owns(stat))) this.entryLost(batch, new DistributedLockError(`Lock node ${place.node.path} is gone.`));
+    return true;
+  }
+
+  /** BatchEntries: false once the session died or the node is gone; entryLost has then dealt with the batch. */
+  usable(batch: ZooKeeperBatch): boolean {
+    const place = batch.place;
+    return place !== undefined && place.session.alive && !place.own.isGone;
+  }
+
+  /**
+   * BatchEntries: the grant of a caller served under the batch's node. The lease is the session,
+   * which the server cannot expire before `lastContact + timeout`: the local lease counts from
+   * `min(now, lastContact + timeout - ttlMs)`, so it never outlives the session (with ttlMs equal
+   * to the session timeout, the default, that is lastContact itself).
+   */
+  grant(batch: ZooKeeperBatch, { key, owner, ttlMs }: Pick<AcquireRequest, 'key' | 'owner' | 'ttlMs'>): LockGrant {
+    const { session } = batch.place!;
+    const lost = new AbortController();
+    const requestedAt = Math.min(performance.now(), session.lastContact + Math.max(0, session.timeoutMs - ttlMs));
+    const grant: LockGrant = { key, owner, fencingToken: batch.token(), lost: lost.signal, requestedAt };
+    this.held.set(owner, { grant, lost, batch });
+    return grant;
+  }
+
+  private newBatch(name: string, id: string): ZooKeeperBatch {
+    return new ZooKeeperBatch(name, id, `${this.options.rootPath}/${lockNodeName(name)}`);
+  }
+
+  private async tryTake(request: Omit<AcquireRequest, 'signal'>, stop: AbortSignal): Promise<LockGrant | null> {
+    const batch = this.newBatch(request.key, request.owner);
+    const place = await this.places.tryTake(batch, stop).catch((error: unknown) => {
+      this.parentIdle(batch, batch.session);
+      throw error;
+    });
+    if (!place) {
+      this.parentIdle(batch, batch.session);
+      return null;
+    }
+    if (stop.aborted || !this.watchHolding(batch, place)) {
+      this.places.drop(place);
+      this.parentIdle(batch, place.session);
+      throw stop.reason ?? new DistributedLockError(`Lock node ${place.node.path} was lost as it was granted.`);
+    }
+    // Batches of this process that queued meanwhile put their node after ours: they wait for this one.
+    this.queues.adopt(batch, place.node.czxid);
+    batch.holder = request.owner;
+    return this.grant(batch, request);
+  }
+
+  /** The batch's node heads the queue: its first caller gets the lock (LocalQueues.holds). */
+  private startHolding(batch: ZooKeeperBatch, place: QueuePlace, stop: AbortSignal): void {
+    if (stop.aborted) {
+      this.places.drop(place);
+      this.queues.end(batch, stop.reason);
+      return this.parentIdle(batch, place.session);
+    }
+    // Its session died or its node went since it was found at the head: queue again.
+    if (!this.watchHolding(batch, place)) return this.send(batch);
+    this.queues.holds(batch, place.node.czxid);
+  }
+
+  /**
+   * From now on, the session's death or the node's deletion by someone else ends the batch's
+   * hold at once (entryLost). False, watching nothing, when either already happened.
+   */
+  private watchHolding(batch: ZooKeeperBatch, place: QueuePlace): boolean {
+    if (!place.session.alive || place.own.isGone) {
+      this.places.leave(place);
+      return false;
+    }
+    batch.place = place;
+    this.places.holding(place);
+    const stopHearingDeath = place.session.onDeath((reason) => this.entryLost(batch, reason));
+    const stopHearingGone = place.own.onGone((reason) => this.entryLost(batch, reason));
+    batch.unwatch = () => {
       stopHearingDeath();
       stopHearingGone();
-      watch.cancel();
+      this.places.leave(place);
     };
-    wait.promise.then(cleanup, cleanup);
-    return wait.promise;
+    return true;
+  }
+
+  private stopHolding(batch: ZooKeeperBatch): void {
+    batch.unwatch?.();
+    batch.unwatch = undefined;
+    batch.place = undefined;
   }
 
   /**
-   * Nothing of ours is left under `parent`: let it be removed once idle. A dead session's node
-   * is only deleted when the server expires the session, at most one session timeout from now.
+   * The holding batch's node is gone (session expired or silent for as long as it could be, or
+   * deleted by someone else): its holder is told now, and the callers still waiting queue again.
    */
-  private parentIdle(parent: string, session: ZooKeeperSession): void {
-    this.parents.idle(parent, session.alive ? PARENT_IDLE_MS : Math.max(PARENT_IDLE_MS, session.timeoutMs));
-  }
-
-  /**
-   * Our node is the lowest: the lock is ours, as long as the session lives. The grant may reach
-   * us late (this process was paused with the event unread): see leaseStart.
-   */
-  private async hold(
-    session: ZooKeeperSession,
-    key: string,
-    owner: string,
-    ttlMs: number,
-    node: LockNode,
-    watching: OwnNodeWatch | undefined,
-  ): Promise<LockGrant> {
-    const requestedAt = await this.leaseStart(session, node, ttlMs);
-    const lost = new AbortController();
-    // Granted at once: watch our node from now on (not awaited; a node already gone is told by the reply).
-    const own = watching ?? new OwnNodeWatch(session, node.path);
-    const holding: Holding = {
-      grant: { key, owner, fencingToken: node.czxid, lost: lost.signal, requestedAt },
-      path: node.path,
-      session,
-      lost,
-      releasing: false,
-      stopWatching: () => undefined,
-    };
-    this.held.set(owner, holding);
-    this.granted.add(node.path);
-    // Session expiry (or silence for as long as it would take) ends every lock of the session at once.
-    const stopWatchingSession = session.onDeath((reason) => this.lose(holding, reason));
-    // A deletion we did not make (an operator, a script) is known at once.
-    const stopWatchingNode = own.onGone((reason) => this.lose(holding, reason));
-    holding.stopWatching = () => {
-      stopWatchingSession();
-      stopWatchingNode();
-      own.stop();
-    };
-    return holding.grant;
-  }
-
-  /**
-   * When the grant's local lease counts from (`requestedAt`). The lease is the session: the
-   * server cannot expire it, and delete our node, before `lastContact + timeout` (the send time
-   * of the last request it answered), so the local lease must end by then too: it counts from
-   * `min(now, lastContact + timeout - ttlMs)`, which is lastContact itself when ttlMs is the
-   * session timeout (the default). A longer ttlMs is cut short by the session's own liveness
-   * deadline, which fires `lost`. A session not heard from for half its timeout (this process
-   * was paused, or starved) is first asked, owner-checked: a grant whose session or node is gone
-   * is never handed out, and the lease then counts from that request.
-   */
-  private async leaseStart(session: ZooKeeperSession, node: LockNode, ttlMs: number): Promise<number> {
-    const now = performance.now();
-    if (session.alive && now - session.lastContact <= session.timeoutMs / 2) {
-      return Math.min(now, session.lastContact + Math.max(0, session.timeoutMs - ttlMs));
+  private entryLost(batch: ZooKeeperBatch, reason: Error): void {
+    const place = batch.place;
+    if (batch.state !== 'holding' || !place) return;
+    this.stopHolding(batch);
+    const holder = batch.holder === undefined ? undefined : this.held.get(batch.holder);
+    if (holder?.batch === batch) {
+      this.held.delete(holder.grant.owner);
+      holder.lost.abort(reason);
     }
-    const sentAt = performance.now();
-    const stat = await session.exists(node.path);
-    if (!stat || !session.owns(stat)) throw new AttemptAgain(`Lock node ${node.path} was gone when its grant arrived.`);
-    return Math.min(performance.now(), sentAt + Math.max(0, session.timeoutMs - ttlMs));
+    this.queues.requeue(batch);
+    this.parentIdle(batch, place.session);
   }
 
-  private lose(holding: Holding, reason: Error): void {
-    if (holding.releasing || holding.lost.signal.aborted) return;
-    holding.lost.abort(reason);
+  /**
+   * When nothing of this process is left under the name's parent (no batch of the name: a batch
+   * that queues again still is one), let it be removed once idle. A dead
+   * session's node is only deleted when the server expires the session, at most one session
+   * timeout from now.
+   */
+  private parentIdle(batch: ZooKeeperBatch, session: ZooKeeperSession | undefined): void {
+    if (this.queues.has(batch.name)) return;
+    this.parents.idle(batch.parent, session && !session.alive ? Math.max(PARENT_IDLE_MS, session.timeoutMs) : PARENT_IDLE_MS);
   }
-}
 
-function parentOf(path: string): string {
-  return path.slice(0, path.lastIndexOf('/'));
+  /** The held lock of this very grant: a stale grant of a reused owner id does not match. */
+  private heldFor(grant: LockGrant): HeldLock | undefined {
+    const held = this.held.get(grant.owner);
+    return held?.grant === grant ? held : undefined;
+  }
 }

@@ -188,6 +188,35 @@ describe('ZooKeeper faults', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
     await lock.release();
   });
 
+  it('a session the server ends while callers of its holder\'s batch wait: the holder is told, they are served on a new session', async () => {
+    const name = `expired-batch-${Date.now()}`;
+    const proxy = await ZooKeeperFaultProxy.start(zookeeper.port);
+    try {
+      const backend = createZooKeeperBackend({ type: 'zookeeper', connectionString: proxy.connectionString, sessionTimeoutMs: SESSION_TIMEOUT_MS }, PATIENT);
+      const service = lockServiceOver(backend);
+      services.push(service);
+      // One turn of the event loop: both callers share one node, the second served after the first.
+      const [first, second] = [service.acquire(name, { ttlMs: 120_000 }), service.acquire(name, { ttlMs: 120_000, waitTimeoutMs: 30_000 })];
+      const held = await first;
+      const session = clientOf(backend);
+      const endedSession = session.getSessionId().toString('hex');
+      proxy.block();
+      await ZooKeeperInspector.endSession(zookeeper.connectionString, session.getSessionId(), session.getSessionPassword());
+      proxy.unblock();
+      await abortedWithin(held.signal, SESSION_TIMEOUT_MS + BOUND_MS);
+      const next = await second;
+      assert.notEqual(clientOf(backend).getSessionId().toString('hex'), endedSession, 'served on the ended session');
+      assert.ok(next.fencingToken > held.fencingToken, `token ${next.fencingToken} after ${held.fencingToken}`);
+      assert.equal((await inspector.children(parentOf(name))).length, 1);
+      await held.release();
+      assert.equal(next.isHeld, true);
+      await next.release();
+      assert.deepEqual(await inspector.children(parentOf(name)), [], 'a lock node was left behind');
+    } finally {
+      await proxy.stop();
+    }
+  });
+
   it("a session the server ends (another client closes it) is told by the client's expired event at once; the release then removes the parent on a new session", async (t) => {
     const name = `expired-${Date.now()}`;
     // Through a proxy that can keep the backend away while another client ends its session.

@@ -71,7 +71,7 @@ export class ZooKeeperInspector {
     return nodes;
   }
 
-  /** The node's czxid as a number (the fencing token of a lock node), or undefined when it does not exist. */
+  /** The node's czxid as a number (a lock node's tokens are `(czxid << 16) + turn`), or undefined when it does not exist. */
   czxid(path: string): Promise<bigint | undefined> {
     return this.read(`the stat of ${path}`, (client, done) =>
       client.exists(path, (error, stat) => done(error, stat ? stat.czxid.readBigInt64BE(0) : undefined)),

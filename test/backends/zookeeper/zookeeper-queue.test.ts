@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { LockTimeoutError, type LockBackend, type LockHandle, type LockLostError, type LockService } from '../../../lib';
+import { batchToken } from '../../../lib/backends/local-queue/batch';
 import { createZooKeeperBackend } from '../../../lib/backends/zookeeper/create-zookeeper-backend';
 import { PARENT_IDLE_MS } from '../../../lib/backends/zookeeper/zookeeper-parents';
 import { lockNodeName, sortedLockNodes } from '../../../lib/backends/zookeeper/zookeeper-paths';
@@ -41,10 +42,10 @@ describe('ZooKeeper lock queue', () => {
   const queueOf = async (name: string) => sortedLockNodes(await inspector.children(parentOf(name)));
   const queued = (name: string, length: number) =>
     eventually(async () => (await queueOf(name)).length === length, 5_000, async () => `${length} lock nodes, found ${(await queueOf(name)).join(', ')}`);
-  /** The lock's token is its node's czxid, read by another client. */
+  /** The lock's token is its node's czxid, read by another client, shifted as the first turn under that node. */
   const assertTokenIsCzxid = async (name: string, lock: LockHandle) => {
     const [head] = await queueOf(name);
-    assert.equal(lock.fencingToken, await inspector.czxid(`${parentOf(name)}/${head}`), 'the token is not the czxid of the head node');
+    assert.equal(lock.fencingToken, batchToken((await inspector.czxid(`${parentOf(name)}/${head}`))!, 0n), 'the token is not (czxid of the head node) << 16');
   };
 
   it("a waiter whose node someone else deletes never takes the lock with it: the one behind gets the lock alone", async () => {
@@ -95,6 +96,28 @@ describe('ZooKeeper lock queue', () => {
     assert.match(String((lock.signal.reason as LockLostError).cause), /^DistributedLockError: Lock node \S+ was deleted by another client\.$/);
   });
 
+  it("a holder's node deleted by someone else while callers of its batch wait: the holder is told, they queue again on a new node", async () => {
+    const name = `vandalised-batch-${Date.now()}`;
+    const { service } = client();
+    // One turn of the event loop: both callers share one node, the second served after the first.
+    const [first, second] = [service.acquire(name), service.acquire(name, { waitTimeoutMs: 20_000 })];
+    const held = await first;
+    const [node] = await queueOf(name);
+    await inspector.remove(`${parentOf(name)}/${node}`);
+    await abortedWithin(held.signal, 1_000);
+    const next = await second;
+    const [newNode, ...others] = await queueOf(name);
+    assert.deepEqual(others, []);
+    assert.notEqual(newNode, node, 'the waiting caller was served under the deleted node');
+    // The batch's second turn, under its new node.
+    assert.equal(next.fencingToken, batchToken((await inspector.czxid(`${parentOf(name)}/${newNode}`))!, 1n));
+    assert.ok(next.fencingToken > held.fencingToken);
+    await held.release();
+    assert.equal(next.isHeld, true, "the lost holder's release ended the next one's lock");
+    await next.release();
+    assert.deepEqual(await queueOf(name), []);
+  });
+
   it('50 short waits behind a long-held lock leave one watcher function on the holder\'s node, and no warning', async () => {
     const name = `short-waits-${Date.now()}`;
     const held = await client().service.acquire(name, { ttlMs: 60_000 });
@@ -118,7 +141,7 @@ describe('ZooKeeper lock queue', () => {
     await held.release();
   });
 
-  it('wakes only the next waiter per release (no herd); every token is its node\'s czxid', async (t) => {
+  it('wakes only the next waiter per release (no herd); every token is its node\'s czxid << 16', async (t) => {
     const name = `no-herd-${Date.now()}`;
     const holder = client();
     let current = await holder.service.acquire(name);

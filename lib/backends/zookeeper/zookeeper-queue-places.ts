@@ -1,0 +1,163 @@
+import { PendingWait } from '../pending-wait';
+import { NODE_DELETED, ZkCode, zkCode } from './zookeeper-client';
+import type { ZooKeeperBatch, QueuePlace } from './zookeeper-batch';
+import type { LockNode, LockNodes } from './zookeeper-lock-nodes';
+import { OwnNodeWatch } from './zookeeper-own-node';
+import type { LockParents } from './zookeeper-parents';
+import { sortedLockNodes } from './zookeeper-paths';
+import type { ZooKeeperSession } from './zookeeper-session';
+import type { ZooKeeperSessions } from './zookeeper-sessions';
+import { AttemptAgain, isRetryable, pause, repeatOnConnectionLoss } from './zookeeper-wait';
+
+/** Pause before queueing again after a session died, so a dead ensemble is not hammered. */
+const RETRY_PAUSE_MS = 100;
+
+/**
+ * A batch's place in the queue of its lock name, as Curator's LockInternals takes one for a
+ * caller: an ephemeral sequential node under the name's parent, holding once it is the lowest;
+ * until then it watches only the node just before its own (and its own node).
+ */
+export class QueuePlaces {
+  /**
+   * Nodes of this process that held the lock, kept while a waiter of ours watches them: such a
+   * node was the head of its queue, so the waiter behind it holds when it goes, without listing
+   * the queue again (a hand-over between two batches of this process costs one delete).
+   */
+  private readonly heads = new Set<string>();
+
+  constructor(
+    private readonly sessions: ZooKeeperSessions,
+    private readonly nodes: LockNodes,
+    private readonly parents: LockParents,
+  ) {}
+
+  /**
+   * Resolves once the batch's node heads the queue. A node lost on the way (its session died,
+   * someone deleted it) is replaced on a live session, at the back. `queued` is told each time
+   * the server has answered a create. Rejects with `stop`'s reason when it aborts; every way
+   * out but success deletes the node.
+   */
+  async take(batch: ZooKeeperBatch, stop: AbortSignal, queued: () => void): Promise<QueuePlace> {
+    for (;;) {
+      if (stop.aborted) throw stop.reason;
+      try {
+        return (await this.once(batch, stop, true, queued))!;
+      } catch (error) {
+        if (stop.aborted) throw stop.reason;
+        if (!isRetryable(error)) throw error;
+        await pause(RETRY_PAUSE_MS, stop);
+      }
+    }
+  }
+
+  /** One go, never waiting: the place at the head, or undefined (the node is deleted again). */
+  tryTake(batch: ZooKeeperBatch, stop: AbortSignal): Promise<QueuePlace | undefined> {
+    return this.once(batch, stop, false, () => undefined);
+  }
+
+  /** The place holds the lock: a waiter of ours behind it may hold on its deletion alone. */
+  holding(place: QueuePlace): void {
+    this.heads.add(place.node.path);
+  }
+
+  /** The place is let go (its node deleted, or gone with its session): stop watching it. */
+  leave(place: QueuePlace): void {
+    place.own.stop();
+    if (!place.session.isWatched(place.node.path)) this.heads.delete(place.node.path);
+  }
+
+  /** Lets a place go that will not hold: its node is deleted (a dead session's goes with it). */
+  drop(place: QueuePlace): void {
+    this.leave(place);
+    if (place.session.alive) this.nodes.delete(place.session, place.node.path).catch(() => undefined);
+  }
+
+  clear(): void {
+    this.heads.clear();
+  }
+
+  private async once(batch: ZooKeeperBatch, stop: AbortSignal, wait: boolean, queued: () => void): Promise<QueuePlace | undefined> {
+    const session = await this.sessions.connected(wait ? 'acquire' : 'try to acquire', stop);
+    const { parent } = batch;
+    this.parents.inUse(parent);
+    let node: LockNode | undefined;
+    let own: OwnNodeWatch | undefined;
+    try {
+      const created = await this.nodes.create(session, parent, batch.id);
+      node = created.node;
+      batch.session = session;
+      queued();
+      let children = created.children ?? (await repeatOnConnectionLoss(() => session.getChildren(parent)));
+      for (;;) {
+        const queue = sortedLockNodes(children);
+        const at = queue.indexOf(node.name);
+        if (at === -1) throw new AttemptAgain(`Lock node ${node.path} vanished while waiting.`);
+        if (at === 0) return await this.headed(session, node, own, stop);
+        if (!wait) {
+          await this.nodes.delete(session, node.path);
+          node = undefined;
+          return undefined;
+        }
+        // Sent before the predecessor's watch, in the same pipeline: see OwnNodeWatch.
+        own ??= new OwnNodeWatch(session, node.path);
+        const disconnections = session.disconnections;
+        const predecessor = `${parent}/${queue[at - 1]}`;
+        const deleted = await this.predecessorDeleted(session, predecessor, own, stop);
+        // Sequence numbers only grow, so nothing can have joined ahead of us: when the node we
+        // watched was the head of the queue (the head of the list we saw, or a node of this
+        // process that held), its deletion makes us the head, no list needed, as long as our
+        // own node is still there. Its watch would have told us first, unless the connection
+        // dropped meanwhile (events replayed on reconnection come in no order): then list.
+        const wasHead = this.heads.delete(predecessor) || at === 1;
+        if (deleted && wasHead && session.disconnections === disconnections && (await own.stillThere())) {
+          return await this.headed(session, node, own, stop);
+        }
+        children = await repeatOnConnectionLoss(() => session.getChildren(parent));
+      }
+    } catch (error) {
+      own?.stop();
+      if (node) this.nodes.delete(session, node.path).catch(() => undefined);
+      throw error;
+    }
+  }
+
+  /**
+   * Our node is the lowest. The news may reach us late (this process was paused with the event
+   * unread): a session not heard from for half its timeout is first asked, owner-checked, so a
+   * place whose session or node is gone is never taken. Either way the session was alive at the
+   * server after `lastContact`, which is what a grant's lease counts from.
+   */
+  private async headed(session: ZooKeeperSession, node: LockNode, watching: OwnNodeWatch | undefined, stop: AbortSignal): Promise<QueuePlace> {
+    if (!session.alive || performance.now() - session.lastContact > session.timeoutMs / 2) {
+      const stat = await session.exists(node.path);
+      if (!stat || !session.owns(stat)) throw new AttemptAgain(`Lock node ${node.path} was gone when its grant arrived.`);
+    }
+    stop.throwIfAborted();
+    // Granted at once: watch our node from now on (not awaited; a node already gone is told by the reply).
+    return { session, node, own: watching ?? new OwnNodeWatch(session, node.path) };
+  }
+
+  /**
+   * Resolves true when the predecessor is deleted, false on any other change worth a fresh look
+   * (another watch event, or a lost connection). Rejects with AttemptAgain when our own node is
+   * deleted first, with the signal's reason when `stop` aborts, or when the session dies.
+   */
+  private predecessorDeleted(session: ZooKeeperSession, path: string, own: OwnNodeWatch, stop: AbortSignal): Promise<boolean> {
+    const wait = new PendingWait<boolean>();
+    const stopHearingDeath = session.onDeath((reason) => wait.reject(reason));
+    const stopHearingGone = own.onGone((reason) => wait.reject(new AttemptAgain(reason.message)));
+    const watch = session.watch(path, (event) => wait.resolve(event.getType() === NODE_DELETED));
+    watch.set.then(
+      (exists) => exists || wait.resolve(true),
+      (error: unknown) => (zkCode(error) === ZkCode.CONNECTION_LOSS ? wait.resolve(false) : wait.reject(error)),
+    );
+    wait.listen(stop);
+    const cleanup = () => {
+      stopHearingDeath();
+      stopHearingGone();
+      watch.cancel();
+    };
+    wait.promise.then(cleanup, cleanup);
+    return wait.promise;
+  }
+}
