@@ -6,10 +6,11 @@ import { etcdBackend } from './etcd/etcd.definition';
 import type { LockBackend } from './lock-backend.interface';
 import { memoryBackend } from './memory/memory.definition';
 import { redisBackend } from './redis/redis.definition';
+import { redlockBackend } from './redlock/redlock.definition';
 import { zookeeperBackend } from './zookeeper/zookeeper.definition';
 
 /** Every backend the module can build: adding one is its folder and a line here. */
-const BACKENDS = [memoryBackend, customBackend, redisBackend, etcdBackend, zookeeperBackend] as const;
+const BACKENDS = [memoryBackend, customBackend, redisBackend, redlockBackend, etcdBackend, zookeeperBackend] as const;
 
 /** The `backend` option: the options of any registered backend, told apart by `type`. */
 export type BackendOptions = Parameters<(typeof BACKENDS)[number]['validate']>[0];

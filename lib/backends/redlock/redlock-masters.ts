@@ -1,0 +1,142 @@
+import { deadlines } from '../../deadlines';
+import type { BackendSettings } from '../backend-definition';
+import { redisAddress } from '../redis/redis-address';
+import { RedisConnections } from '../redis/redis-connection';
+import type { RedisBackendOptions } from '../redis/redis-options';
+import type { RedisScript } from '../redis/redis-script';
+import type { RedlockBackendOptions } from './redlock-options';
+import { quorum } from './redlock-options';
+import { redlockKeys } from './redlock-scripts';
+
+/** One master's answer to one request: its reply, its error, or undefined when it did not answer in time. */
+export type Answer<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: Error } | undefined;
+
+const KEY_CACHE_SIZE = 10_000;
+
+/**
+ * The N independent masters: a connection and a subscriber each (RedisConnections, opened in the
+ * background), and requests sent to all of them in parallel, each round bounded by the
+ * per-master request timeout with one deadline for the whole round.
+ */
+export class RedlockMasters {
+  readonly connections: RedisConnections[];
+  /** Each master as errors show it: `host:port`, never a password. */
+  readonly addresses: string[];
+  readonly quorum: number;
+  private readonly keyCache = new Map<string, string[]>();
+
+  constructor(
+    options: RedlockBackendOptions,
+    settings: BackendSettings,
+    private readonly requestTimeoutMs: number,
+    channel: string,
+    /** A master said a lock is free (the message names the lock key). */
+    onWord: (master: number, key: string) => void,
+    /** A subscriber came back after a disconnection: words published meanwhile are lost. */
+    onResubscribed: () => void,
+  ) {
+    const perMaster: RedisBackendOptions[] = options.clients
+      ? options.clients.map((client) => ({ type: 'redis' as const, client }))
+      : options.urls!.map((url) => ({
+          type: 'redis' as const,
+          url,
+          // A request unanswered within requestTimeoutMs has lost its round: ioredis need not wait longer.
+          options: { commandTimeout: requestTimeoutMs, ...options.options },
+        }));
+    this.connections = perMaster.map((master, index) => {
+      const connections = new RedisConnections(master, settings, channel, onResubscribed);
+      connections.subscriber.on('message', (_channel: string, key: string) => onWord(index, key));
+      return connections;
+    });
+    this.addresses = perMaster.map((master) => redisAddress(master));
+    this.quorum = quorum(this.connections.length);
+  }
+
+  get count(): number {
+    return this.connections.length;
+  }
+
+  /**
+   * Sends `script` for `key` to every master (or those `only` selects) at once, and resolves
+   * with their answers by index once all answered, once `decided` says the rest cannot change
+   * the outcome, or after requestTimeoutMs, whichever is first. Never rejects.
+   */
+  round<T>(
+    script: RedisScript<T>,
+    key: string,
+    args: readonly (string | number)[],
+    verb: string,
+    decided?: (answers: readonly Answer<T>[]) => boolean,
+    only?: readonly boolean[],
+  ): Promise<Answer<T>[]> {
+    const keys = this.keysOf(key);
+    const answers: Answer<T>[] = new Array(this.connections.length).fill(undefined);
+    return new Promise((resolve) => {
+      let pending = 0;
+      let done = false;
+      const finish = () => {
+        if (done) return;
+        done = true;
+        deadlines.cancel(timer);
+        resolve(answers);
+      };
+      const settle = (index: number, answer: Answer<T>) => {
+        if (done) return;
+        answers[index] = answer;
+        if (--pending === 0 || decided?.(answers)) finish();
+      };
+      const timer = deadlines.add(performance.now() + this.requestTimeoutMs, finish);
+      this.connections.forEach((connections, index) => {
+        if (only && !only[index]) return;
+        pending++;
+        connections.send(script.run(connections.client, keys, args), verb, key).then(
+          (value) => settle(index, { ok: true, value }),
+          (error: Error) => settle(index, { ok: false, error }),
+        );
+      });
+      if (pending === 0) finish();
+    });
+  }
+
+  /** The masters that gave no reply in `answers` (an error or no answer in time), as errors name them. */
+  unanswered(answers: readonly Answer<unknown>[], only?: readonly boolean[]): string {
+    return this.addresses.filter((_, index) => (!only || only[index]) && !answers[index]?.ok).join(', ');
+  }
+
+  /** The first error among `answers`: why a master did not answer, as a cause. */
+  firstError(answers: readonly Answer<unknown>[]): Error | undefined {
+    for (const [index, answer] of answers.entries()) {
+      if (answer && !answer.ok) return answer.error;
+      if (!answer) return this.connections[index].unreachable();
+    }
+    return undefined;
+  }
+
+  /**
+   * Why a majority cannot be reached right now, or undefined: from the connections' own states
+   * and their last unanswered requests, with no round trip.
+   */
+  unreachable(): Error | undefined {
+    const down: string[] = [];
+    for (const [index, connections] of this.connections.entries()) {
+      const why = connections.unreachable();
+      if (why) down.push(`${this.addresses[index]} (${why.message})`);
+    }
+    if (down.length <= this.count - this.quorum) return undefined;
+    return new Error(`${down.length} of ${this.count} masters cannot be reached, and a lock needs ${this.quorum}: ${down.join(', ')}`);
+  }
+
+  close(): void {
+    for (const connections of this.connections) connections.close();
+  }
+
+  private keysOf(key: string): string[] {
+    let keys = this.keyCache.get(key);
+    if (!keys) {
+      // Names built from unbounded values (order ids) would grow the cache forever: start over.
+      if (this.keyCache.size >= KEY_CACHE_SIZE) this.keyCache.clear();
+      this.keyCache.set(key, (keys = redlockKeys(key)));
+    }
+    return keys;
+  }
+}
