@@ -1,4 +1,5 @@
 import { deadlines } from '../../deadlines';
+import { LockBackendError } from '../../errors';
 import type { BackendSettings } from '../backend-definition';
 import { redisAddress } from '../redis/redis-address';
 import { RedisConnections } from '../redis/redis-connection';
@@ -29,6 +30,8 @@ export class RedlockMasters {
     options: RedlockBackendOptions,
     settings: BackendSettings,
     private readonly requestTimeoutMs: number,
+    /** What a release or a renewal may wait for: they have no vote to win against the clock. */
+    readonly serverTimeoutMs: number,
     channel: string,
     /** A master said a lock is free (the message names the lock key). */
     onWord: (master: number, key: string) => void,
@@ -37,12 +40,7 @@ export class RedlockMasters {
   ) {
     const perMaster: RedisBackendOptions[] = options.clients
       ? options.clients.map((client) => ({ type: 'redis' as const, client }))
-      : options.urls!.map((url) => ({
-          type: 'redis' as const,
-          url,
-          // A request unanswered within requestTimeoutMs has lost its round: ioredis need not wait longer.
-          options: { commandTimeout: requestTimeoutMs, ...options.options },
-        }));
+      : options.urls!.map((url) => ({ type: 'redis' as const, url, options: options.options }));
     this.connections = perMaster.map((master, index) => {
       const connections = new RedisConnections(master, settings, channel, onResubscribed);
       connections.subscriber.on('message', (_channel: string, key: string) => onWord(index, key));
@@ -59,7 +57,8 @@ export class RedlockMasters {
   /**
    * Sends `script` for `key` to every master (or those `only` selects) at once, and resolves
    * with their answers by index once all answered, once `decided` says the rest cannot change
-   * the outcome, or after requestTimeoutMs, whichever is first. Never rejects.
+   * the outcome, or after `timeoutMs` (default: the per-master request timeout), whichever is
+   * first. Never rejects.
    */
   round<T>(
     script: RedisScript<T>,
@@ -68,6 +67,7 @@ export class RedlockMasters {
     verb: string,
     decided?: (answers: readonly Answer<T>[]) => boolean,
     only?: readonly boolean[],
+    timeoutMs = this.requestTimeoutMs,
   ): Promise<Answer<T>[]> {
     const keys = this.keysOf(key);
     const answers: Answer<T>[] = new Array(this.connections.length).fill(undefined);
@@ -85,7 +85,7 @@ export class RedlockMasters {
         answers[index] = answer;
         if (--pending === 0 || decided?.(answers)) finish();
       };
-      const timer = deadlines.add(performance.now() + this.requestTimeoutMs, finish);
+      const timer = deadlines.add(performance.now() + timeoutMs, finish);
       this.connections.forEach((connections, index) => {
         if (only && !only[index]) return;
         pending++;
@@ -106,7 +106,8 @@ export class RedlockMasters {
   /** The first error among `answers`: why a master did not answer, as a cause. */
   firstError(answers: readonly Answer<unknown>[]): Error | undefined {
     for (const [index, answer] of answers.entries()) {
-      if (answer && !answer.ok) return answer.error;
+      // The connection's own error (ECONNREFUSED), not its wrapping that names one master as 'the redis server'.
+      if (answer && !answer.ok) return answer.error instanceof LockBackendError && answer.error.cause instanceof Error ? answer.error.cause : answer.error;
       if (!answer) return this.connections[index].unreachable();
     }
     return undefined;

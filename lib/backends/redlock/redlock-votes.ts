@@ -84,10 +84,18 @@ export class RedlockVotes {
   async renew(key: string, entry: string, ttlMs: number): Promise<Renewal> {
     const { quorum, count } = this.masters;
     const sentAt = performance.now();
-    const answers = await this.masters.round(renewScript, key, [entry, ttlMs], 'renew', (so) => {
-      const [renewed, refused] = tally(so);
-      return renewed >= quorum || refused > count - quorum;
-    });
+    const answers = await this.masters.round(
+      renewScript,
+      key,
+      [entry, ttlMs],
+      'renew',
+      (so) => {
+        const [renewed, refused] = tally(so);
+        return renewed >= quorum || refused > count - quorum;
+      },
+      undefined,
+      Math.min(this.masters.serverTimeoutMs, ttlMs),
+    );
     const [renewed, refused] = tally(answers);
     if (refused > count - quorum) return 'refused';
     const waitedMs = Math.round(performance.now() - sentAt);
@@ -101,19 +109,19 @@ export class RedlockVotes {
    */
   async release(key: string, entry: string, token: bigint): Promise<void> {
     const sentAt = performance.now();
-    const answers = await this.masters.round(releaseScript, key, [entry, String(token), ''], 'release');
+    const answers = await this.masters.round(releaseScript, key, [entry, String(token), ''], 'release', undefined, undefined, this.masters.serverTimeoutMs);
     if (answers.filter((answer) => answer?.ok).length >= this.masters.quorum) return;
     throw new LockServerUnreachableError('redlock', `release "${key}"`, this.masters.unanswered(answers), Math.round(performance.now() - sentAt), this.masters.firstError(answers));
   }
 
   /** After a lost vote or a withdrawal: release everywhere (owner-checked), and leave the waiters. */
   giveBack(key: string, entry: string, waiter: string): void {
-    void this.masters.round(releaseScript, key, [entry, '', waiter], 'release');
+    void this.masters.round(releaseScript, key, [entry, '', waiter], 'release', undefined, undefined, this.masters.serverTimeoutMs);
   }
 
   /** Leaves the waiters of `key` on every master (or the one `only` selects), passing on a word we cannot use. */
   leave(key: string, waiter: string, only?: readonly boolean[]): void {
-    void this.masters.round(leaveScript, key, [waiter], 'leave the waiters of', undefined, only);
+    void this.masters.round(leaveScript, key, [waiter], 'leave the waiters of', undefined, only, this.masters.serverTimeoutMs);
   }
 }
 

@@ -69,7 +69,7 @@ export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatc
   ) {
     const requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
     const driftFactor = options.driftFactor ?? DEFAULT_DRIFT_FACTOR;
-    this.masters = new RedlockMasters(options, settings, requestTimeoutMs, WAKE_CHANNEL_PREFIX + this.waiterId, this.onWord, this.onResubscribed);
+    this.masters = new RedlockMasters(options, settings, requestTimeoutMs, settings.serverTimeoutMs, WAKE_CHANNEL_PREFIX + this.waiterId, this.onWord, this.onResubscribed);
     this.address = this.masters.addresses.join(', ');
     this.votes = new RedlockVotes(this.masters, (ttlMs) => ttlMs * driftFactor + 2);
     this.timing = {
