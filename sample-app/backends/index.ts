@@ -1,6 +1,7 @@
 import { etcdSampleBackend } from './etcd.sample-backend';
 import { memorySampleBackend } from './memory.sample-backend';
 import { redisSampleBackend } from './redis.sample-backend';
+import { redlockSampleBackend } from './redlock.sample-backend';
 import type { SampleBackend } from './sample-backend';
 import { zookeeperSampleBackend } from './zookeeper.sample-backend';
 
@@ -9,6 +10,7 @@ export const SAMPLE_BACKENDS: Record<string, SampleBackend> = {
   memory: memorySampleBackend,
   etcd: etcdSampleBackend,
   redis: redisSampleBackend,
+  redlock: redlockSampleBackend,
   zookeeper: zookeeperSampleBackend,
 };
 

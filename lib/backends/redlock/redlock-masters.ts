@@ -98,6 +98,30 @@ export class RedlockMasters {
     });
   }
 
+  /**
+   * Resolves at once when a majority of masters is connected (and subscribed for words); else
+   * once that many are, or all have answered or given up (each within serverTimeoutMs): a first
+   * vote must not spend its request timeout on connecting.
+   */
+  ready(): Promise<void> {
+    let connected = this.connections.filter((connections) => connections.subscribed).length;
+    if (connected >= this.quorum) return Promise.resolve();
+    return new Promise((resolve) => {
+      let waiting = this.connections.length - connected;
+      for (const connections of this.connections) {
+        if (connections.subscribed) continue;
+        const settle = (ok: boolean) => {
+          if (ok) connected++;
+          if (--waiting === 0 || connected >= this.quorum) resolve();
+        };
+        connections.whenSubscribed('connect').then(
+          () => settle(true),
+          () => settle(false),
+        );
+      }
+    });
+  }
+
   /** The masters that gave no reply in `answers` (an error or no answer in time), as errors name them. */
   unanswered(answers: readonly Answer<unknown>[], only?: readonly boolean[]): string {
     return this.addresses.filter((_, index) => (!only || only[index]) && !answers[index]?.ok).join(', ');

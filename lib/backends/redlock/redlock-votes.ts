@@ -43,6 +43,7 @@ export class RedlockVotes {
    */
   async vote(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number): Promise<Vote> {
     const { quorum, count } = this.masters;
+    await this.masters.ready();
     const sentAt = performance.now();
     const answers = await this.masters.round(acquireScript, key, [entry, ttlMs, waiter, staleAfterMs], waiter ? 'acquire' : 'try to acquire', (so) => {
       const [granted, refused] = tally(so);
@@ -108,9 +109,11 @@ export class RedlockVotes {
    * (for the caller's warning) only when no majority confirmed it: the rest expire with the ttl.
    */
   async release(key: string, entry: string, token: bigint): Promise<void> {
+    const confirmedByMajority = (so: readonly Answer<unknown>[]) => so.filter((answer) => answer?.ok).length >= this.masters.quorum;
     const sentAt = performance.now();
-    const answers = await this.masters.round(releaseScript, key, [entry, String(token), ''], 'release', undefined, undefined, this.masters.serverTimeoutMs);
-    if (answers.filter((answer) => answer?.ok).length >= this.masters.quorum) return;
+    // Sent to every master; a paused minority does not keep the caller once a majority confirmed.
+    const answers = await this.masters.round(releaseScript, key, [entry, String(token), ''], 'release', confirmedByMajority, undefined, this.masters.serverTimeoutMs);
+    if (confirmedByMajority(answers)) return;
     throw new LockServerUnreachableError('redlock', `release "${key}"`, this.masters.unanswered(answers), Math.round(performance.now() - sentAt), this.masters.firstError(answers));
   }
 
