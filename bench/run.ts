@@ -11,6 +11,7 @@ type Section = { name: string; run: () => Promise<void> };
 const SECTIONS: Section[] = [
   { name: 'memory', run: () => import('./memory.bench').then((m) => m.run()) },
   { name: 'redis', run: () => import('./redis.bench').then((m) => m.run()) },
+  { name: 'redlock', run: () => import('./redlock.bench').then((m) => m.run()) },
   { name: 'etcd', run: () => import('./etcd.bench').then((m) => m.run()) },
   { name: 'zookeeper', run: () => import('./zookeeper.bench').then((m) => m.run()) },
   { name: 'burst', run: () => import('./burst.bench').then((m) => m.run()) },
