@@ -17,11 +17,25 @@ const CYCLE_ROUNDS = 15;
 const CYCLES_PER_ROUND = 200;
 const SALE_REPEATS = 3;
 const LEASE_MS = 10_000;
-const WAIT_MS = 60_000;
+/** How long any buyer may wait: a peer whose retries split the vote for longer gives up, and the sale reports it. */
+const WAIT_MS = 30_000;
 
 interface Contender {
   label: string;
   runners: LockRunner[];
+  /** Buyers that gave up (their library's retries ran out) in the sales measured so far. */
+  gaveUp: number;
+}
+
+/** A runner whose failures are counted, not thrown: a sale then ends when every buyer bought or gave up. */
+function counting(contender: Contender, runner: LockRunner): LockRunner {
+  return async (name, section) => {
+    try {
+      await runner(name, section);
+    } catch {
+      contender.gaveUp++;
+    }
+  };
 }
 
 /**
@@ -54,23 +68,23 @@ async function runOn(count: number): Promise<void> {
   try {
     for (let i = 0; i < CONNECTIONS; i++) services.push(lockServiceOver(await createBackend({ type: 'redlock', urls: masters.urls })));
     const each = (make: () => LockRunner) => Array.from({ length: CONNECTIONS }, make);
-    const contenders: Contender[] = [
+    const listed: Omit<Contender, 'gaveUp'>[] = [
       { label: `this library (redlock, ${count} masters)`, runners: services.map((service): LockRunner => (name, section) => service.withLock(name, section, { waitTimeoutMs: WAIT_MS, ttlMs: LEASE_MS })) },
       ...[
         { delay: 200, jitter: 200, what: 'defaults' },
         { delay: 10, jitter: 10, what: 'tuned' },
       ].map(({ delay, jitter, what }) => ({
         label: `redlock v5 (retryDelay ${delay}, jitter ${jitter}: ${what})`,
-        // retryCount -1: retry until it gets the lock, as a sale needs.
+        // Retries for up to WAIT_MS, as a sale needs (the default 10 tries give up after ~2 s).
         runners: each(() => {
-          const redlock = new Redlock(connectAll(), { retryCount: -1, retryDelay: delay, retryJitter: jitter });
+          const redlock = new Redlock(connectAll(), { retryCount: Math.ceil(WAIT_MS / delay), retryDelay: delay, retryJitter: jitter });
           return withRelease((name) => redlock.acquire([name], LEASE_MS));
         }),
       })),
       {
         label: '@sesamecare-oss/redlock (tuned: retryDelay 10, jitter 10)',
         runners: each(() => {
-          const redlock = new SesameRedlock(connectAll(), { retryCount: -1, retryDelay: 10, retryJitter: 10 });
+          const redlock = new SesameRedlock(connectAll(), { retryCount: Math.ceil(WAIT_MS / 10), retryDelay: 10, retryJitter: 10 });
           return withRelease((name) => redlock.acquire([name], LEASE_MS));
         }),
       },
@@ -86,6 +100,11 @@ async function runOn(count: number): Promise<void> {
         }),
       },
     ];
+    const contenders: Contender[] = listed.map((each) => {
+      const contender: Contender = { ...each, gaveUp: 0 };
+      contender.runners = each.runners.map((runner) => counting(contender, runner));
+      return contender;
+    });
 
     console.log(`${count} masters ${masters.addresses.join(', ')}; uncontended: ${CYCLE_ROUNDS} rounds x ${CYCLES_PER_ROUND} cycles, shuffled per round, after a warm-up round`);
     const rounds = await interleavedCycles(new Map(contenders.map((c) => [c, c.runners[0]])), CYCLE_ROUNDS, CYCLES_PER_ROUND);
@@ -98,9 +117,11 @@ async function runOn(count: number): Promise<void> {
     const sales = new Map<Contender, FlashSaleResult>();
     for (const contender of contenders) await flashSale(contender.runners, BUYERS_PER_CONNECTION, STOCK);
     for (const contender of contenders) {
+      contender.gaveUp = 0;
       const result = await medianFlashSale(SALE_REPEATS, () => flashSale(contender.runners, BUYERS_PER_CONNECTION, STOCK));
       sales.set(contender, result);
       printFlashSale(contender.label, result);
+      if (contender.gaveUp > 0) console.log(`  ${contender.gaveUp} of ${SALE_REPEATS * CONNECTIONS * BUYERS_PER_CONNECTION} buyers gave up after ${WAIT_MS} ms of retries (split votes)`);
     }
 
     const [ours, ...peers] = contenders;

@@ -138,7 +138,8 @@ export class LocalQueues<B extends Batch> {
   end(batch: B, error?: unknown): void {
     if (batch.state === 'ended') return;
     batch.state = 'ended';
-    batch.rejectAll(error ?? this.closedWhileWaiting());
+    // A batch that simply ran out of callers makes no error: an error's stack costs microseconds per lock.
+    batch.rejectAll(error ?? (batch.hasCallers ? this.closedWhileWaiting() : undefined));
     const queue = this.queues.get(batch.name);
     if (!queue) return;
     const index = queue.batches.indexOf(batch);

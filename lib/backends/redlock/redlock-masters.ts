@@ -25,6 +25,7 @@ export class RedlockMasters {
   readonly addresses: string[];
   readonly quorum: number;
   private readonly keyCache = new Map<string, string[]>();
+  private wasReady = false;
 
   constructor(
     options: RedlockBackendOptions,
@@ -103,9 +104,11 @@ export class RedlockMasters {
    * once that many are, or all have answered or given up (each within serverTimeoutMs): a first
    * vote must not spend its request timeout on connecting.
    */
-  ready(): Promise<void> {
+  ready(): Promise<void> | undefined {
+    if (this.wasReady) return undefined;
     let connected = this.connections.filter((connections) => connections.subscribed).length;
-    if (connected >= this.quorum) return Promise.resolve();
+    // Once a majority was up, votes count missing masters as not granting: ready for good.
+    if (connected >= this.quorum) return void (this.wasReady = true);
     return new Promise((resolve) => {
       let waiting = this.connections.length - connected;
       for (const connections of this.connections) {

@@ -43,7 +43,8 @@ export class RedlockVotes {
    */
   async vote(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number): Promise<Vote> {
     const { quorum, count } = this.masters;
-    await this.masters.ready();
+    const connecting = this.masters.ready();
+    if (connecting) await connecting;
     const sentAt = performance.now();
     const answers = await this.masters.round(acquireScript, key, [entry, ttlMs, waiter, staleAfterMs], waiter ? 'acquire' : 'try to acquire', (so) => {
       const [granted, refused] = tally(so);

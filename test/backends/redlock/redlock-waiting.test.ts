@@ -1,0 +1,67 @@
+import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+import { after, before, describe, it } from 'node:test';
+import type { LockService } from '../../../lib';
+import { commandsExecuted } from '../../../servers/redis-server';
+import { RedisMasters } from '../../../servers/redis-masters';
+import { assertExclusive, sleep, type HoldInterval } from '../../support/timing';
+import { RedlockClients, newKey } from './redlock-test-kit';
+
+const WAITERS = 8;
+const HOLD_MS = 20;
+
+/**
+ * Waiting without polling: waiters of other clients (each its own waiter on the masters, as a
+ * process is) are woken by the release, one at a time, not by timers and not all at once.
+ */
+describe('redlock waiting', () => {
+  let masters: RedisMasters;
+  const clients = new RedlockClients();
+  let services: LockService[];
+  let admin: Redis;
+
+  before(async () => {
+    masters = await RedisMasters.start(3);
+    services = [];
+    for (let i = 0; i <= WAITERS; i++) services.push(await clients.add(masters.urls));
+    admin = new Redis(masters.urls[0]);
+  });
+  after(async () => {
+    admin?.disconnect();
+    await clients.closeAll();
+    await masters?.stop();
+  });
+
+  it(`hands the lock from client to client about one round trip after each release, and a release wakes one of ${WAITERS} waiting clients, not all`, async (t) => {
+    const key = newKey('wake');
+    // Connected and warm, so that what is counted below is the hand-over alone.
+    for (const service of services) await service.withLock(`${key}-warm-up`, async () => undefined);
+    const holder = await services[0].acquire(key);
+    const intervals: HoldInterval[] = [];
+    const waiting = services.slice(1).map((service, i) =>
+      service.withLock(key, async (lock) => {
+        const start = process.hrtime.bigint();
+        await sleep(HOLD_MS);
+        intervals.push({ start, end: process.hrtime.bigint(), fencingToken: lock.fencingToken, holder: `client ${i + 1}` });
+      }),
+    );
+    await sleep(100); // every waiter has voted once and joined the masters' waiters
+    const before = await commandsExecuted((section) => admin.info(section));
+    const releasedAt = process.hrtime.bigint();
+    await holder.release();
+    await Promise.all(waiting);
+    const spent = await commandsExecuted((section) => admin.info(section));
+    assertExclusive(intervals);
+    intervals.sort((a, b) => Number(a.start - b.start));
+    const gaps = [Number(intervals[0].start - releasedAt) / 1e6, ...intervals.slice(1).map((each, i) => Number(each.start - intervals[i].end) / 1e6)].sort((a, b) => a - b);
+    const median = gaps[Math.floor(gaps.length / 2)];
+    const scripts = (spent.byCommand.evalsha ?? 0) - (before.byCommand.evalsha ?? 0) + (spent.byCommand.eval ?? 0) - (before.byCommand.eval ?? 0);
+    t.diagnostic(`release-to-grant gaps: median ${median.toFixed(1)} ms, max ${gaps.at(-1)!.toFixed(1)} ms (bound for the median: 25 ms)`);
+    // Each hand-over: a release and the woken client's winning vote. Waking every waiter on every
+    // release would add about WAITERS * WAITERS / 2 losing votes.
+    const bound = 3 * WAITERS;
+    t.diagnostic(`scripts run on one master for ${WAITERS} hand-overs: ${scripts} (bound ${bound}; a herd would need over ${2 * WAITERS + (WAITERS * (WAITERS - 1)) / 2})`);
+    assert.ok(median <= 25, `median hand-over ${median.toFixed(1)} ms`);
+    assert.ok(scripts <= bound, `${scripts} scripts for ${WAITERS} hand-overs`);
+  });
+});
