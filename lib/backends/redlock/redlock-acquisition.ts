@@ -21,7 +21,7 @@ export interface AcquisitionTiming {
 }
 
 /** How soon to try again while too few masters answer: they may be restarting. */
-const UNREACHABLE_RETRY_MS = 50;
+export const UNREACHABLE_RETRY_MS = 50;
 
 /**
  * One batch's wait for a majority: vote, and on a loss wait for a master's word that the lock
@@ -71,6 +71,7 @@ export class RedlockAcquisition {
     this.voting = true;
     this.wordDuringVote = false;
     const { name, id, ttlMs } = this.batch;
+    const startedAt = performance.now();
     const vote = await this.votes.vote(name, id, ttlMs, this.waiterId, this.timing.staleAfterMs);
     this.voting = false;
     if (vote.won) {
@@ -79,7 +80,8 @@ export class RedlockAcquisition {
     }
     if (this.stopped) return;
     if (vote.unreachable) {
-      this.unreachableSince ??= performance.now();
+      // From this vote's start: waiting for the masters to connect counts too.
+      this.unreachableSince ??= startedAt;
       if (performance.now() - this.unreachableSince >= this.timing.serverTimeoutMs) return this.report.failed(vote.unreachable);
       return this.retryIn(UNREACHABLE_RETRY_MS);
     }

@@ -1,6 +1,10 @@
 import { LockServerUnreachableError } from '../../errors';
 import type { Answer, RedlockMasters } from './redlock-masters';
+import { VoteSlots } from './vote-slots';
 import { acquireScript, leaveScript, raiseFenceScript, releaseScript, renewScript } from './redlock-scripts';
+
+/** Votes out at once per backend (see VoteSlots): enough to keep a burst's masters busy. */
+const VOTES_IN_FLIGHT = 64;
 
 /** A won vote: the token, and the moment the first request was sent (the lease counts from it). */
 export interface Won {
@@ -31,6 +35,8 @@ export type Renewal = 'renewed' | 'refused' | LockServerUnreachableError;
  * counted from the first request, and a release on every master after a lost vote.
  */
 export class RedlockVotes {
+  private readonly slots = new VoteSlots(VOTES_IN_FLIGHT);
+
   constructor(
     private readonly masters: RedlockMasters,
     /** `ttl * driftFactor + 2`: how far the masters' clocks may run ahead of ours over a lease. */
@@ -42,6 +48,16 @@ export class RedlockVotes {
    * process's waiter id, to join the waiters of masters that refuse ('' for a try-lock).
    */
   async vote(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number): Promise<Vote> {
+    const slot = this.slots.take();
+    const giveBack = typeof slot === 'function' ? slot : await slot;
+    try {
+      return await this.voteNow(key, entry, ttlMs, waiter, staleAfterMs);
+    } finally {
+      giveBack();
+    }
+  }
+
+  private async voteNow(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number): Promise<Vote> {
     const { quorum, count } = this.masters;
     const connecting = this.masters.ready();
     if (connecting) await connecting;

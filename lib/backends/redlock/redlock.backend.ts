@@ -5,7 +5,7 @@ import type { BackendSettings } from '../backend-definition';
 import { BackendLifecycle } from '../backend-lifecycle';
 import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
 import { LocalQueues, type BatchEntries } from '../local-queue/local-queues';
-import { RedlockAcquisition, type AcquisitionTiming } from './redlock-acquisition';
+import { RedlockAcquisition, UNREACHABLE_RETRY_MS, type AcquisitionTiming } from './redlock-acquisition';
 import { RedlockBatch } from './redlock-batch';
 import { RedlockMasters } from './redlock-masters';
 import {
@@ -98,7 +98,7 @@ export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatc
 
   /**
    * One vote, never queued. Null when a majority refused; LockServerUnreachableError naming the
-   * masters that did not answer when too few answered to tell.
+   * masters that did not answer when too few answered to tell for serverTimeoutMs.
    */
   async tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
     this.lifecycle.assertOpen();
@@ -106,7 +106,13 @@ export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatc
     if (this.queues.has(key)) return null;
     const batch = new RedlockBatch(key, `${this.waiterId}~t${(trySeq++).toString(36)}`);
     batch.ttlMs = ttlMs;
-    const vote = await this.votes.vote(key, batch.id, ttlMs, '', this.timing.staleAfterMs);
+    const startedAt = performance.now();
+    let vote = await this.votes.vote(key, batch.id, ttlMs, '', this.timing.staleAfterMs);
+    // Too few answers is "cannot tell", not "busy": vote again until serverTimeoutMs says the masters are down.
+    while (!vote.won && vote.unreachable && performance.now() - startedAt < this.settings.serverTimeoutMs && this.lifecycle.isOpen) {
+      await new Promise((resolve) => setTimeout(resolve, UNREACHABLE_RETRY_MS));
+      vote = await this.votes.vote(key, batch.id, ttlMs, '', this.timing.staleAfterMs);
+    }
     if (!vote.won) {
       if (vote.unreachable) throw vote.unreachable;
       return null;
