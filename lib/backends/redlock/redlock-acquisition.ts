@@ -36,6 +36,8 @@ export class RedlockAcquisition {
   private wordDuringVote = false;
   private stopped = false;
   private unreachableSince?: number;
+  /** Where this batch's process stands among the masters' waiters: its first vote's wall-clock time. */
+  private arrivedAt = 0;
 
   constructor(
     private readonly votes: RedlockVotes,
@@ -46,6 +48,7 @@ export class RedlockAcquisition {
   ) {}
 
   start(): void {
+    this.arrivedAt = Date.now();
     void this.vote();
   }
 
@@ -72,7 +75,7 @@ export class RedlockAcquisition {
     this.wordDuringVote = false;
     const { name, id, ttlMs } = this.batch;
     const startedAt = performance.now();
-    const vote = await this.votes.vote(name, id, ttlMs, this.waiterId, this.timing.staleAfterMs);
+    const vote = await this.votes.vote(name, id, ttlMs, this.waiterId, this.timing.staleAfterMs, this.arrivedAt);
     this.voting = false;
     if (vote.won) {
       if (this.stopped) return this.votes.giveBack(name, id, this.waiterId);

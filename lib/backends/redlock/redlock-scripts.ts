@@ -32,7 +32,9 @@ const WAKE = `local function wake(now, skip)
 end`;
 
 /**
- * ARGV: entry id, ttl ms, waiter id ('' = do not queue), stale-after ms.
+ * ARGV: entry id, ttl ms, waiter id ('' = do not queue), stale-after ms, the waiter's arrival
+ * (ms, the waiting process's clock: every master then orders its waiters alike, and one release
+ * wakes the same process on all of them).
  * Free (or already ours): take it, count the fence up, leave the waiters; reply {1, fence}.
  * Held: join the waiters (keeping the place already held) and reply {0, fence, pttl}, so the
  * waiter knows when a crashed holder's key runs out.
@@ -52,7 +54,7 @@ if current == false or current == ARGV[1] then
 end
 if ARGV[3] ~= '' then
   local staleAfter = tonumber(ARGV[4])
-  redis.call('ZADD', KEYS[3], 'NX', now, ARGV[3])
+  redis.call('ZADD', KEYS[3], 'NX', ARGV[5], ARGV[3])
   redis.call('HSET', KEYS[4], ARGV[3], now + staleAfter)
   redis.call('PEXPIRE', KEYS[3], staleAfter * 2)
   redis.call('PEXPIRE', KEYS[4], staleAfter * 2)

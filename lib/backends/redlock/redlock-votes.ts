@@ -45,24 +45,25 @@ export class RedlockVotes {
 
   /**
    * One attempt of `entry` (unique per server-side holder) on every master. `waiter`: this
-   * process's waiter id, to join the waiters of masters that refuse ('' for a try-lock).
+   * process's waiter id, to join the waiters of masters that refuse ('' for a try-lock), in the
+   * order of `arrivedAt` (Date.now() of the entry's first vote).
    */
-  async vote(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number): Promise<Vote> {
+  async vote(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number, arrivedAt = 0): Promise<Vote> {
     const slot = this.slots.take();
     const giveBack = typeof slot === 'function' ? slot : await slot;
     try {
-      return await this.voteNow(key, entry, ttlMs, waiter, staleAfterMs);
+      return await this.voteNow(key, entry, ttlMs, waiter, staleAfterMs, arrivedAt);
     } finally {
       giveBack();
     }
   }
 
-  private async voteNow(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number): Promise<Vote> {
+  private async voteNow(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number, arrivedAt: number): Promise<Vote> {
     const { quorum, count } = this.masters;
     const connecting = this.masters.ready();
     if (connecting) await connecting;
     const sentAt = performance.now();
-    const answers = await this.masters.round(acquireScript, key, [entry, ttlMs, waiter, staleAfterMs], waiter ? 'acquire' : 'try to acquire', (so) => {
+    const answers = await this.masters.round(acquireScript, key, [entry, ttlMs, waiter, staleAfterMs, arrivedAt], waiter ? 'acquire' : 'try to acquire', (so) => {
       const [granted, refused] = tally(so);
       return granted >= quorum || refused > count - quorum;
     });

@@ -242,11 +242,15 @@ export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatc
     return grant;
   }
 
-  /** A master's word that `key` is free: the batch waiting for it votes now; a word nobody waits for is passed on. */
+  /**
+   * A master's word that `key` is free: the batch waiting for it votes now. The other masters'
+   * words for the same release often come after that vote won: those are dropped. A word for a
+   * name this process has nothing of is passed on (its waiter there was stale).
+   */
   private readonly onWord = (master: number, key: string): void => {
     const acquisition = this.waiting.get(key);
     if (acquisition) return acquisition.wake();
-    if (!this.lifecycle.isOpen) return;
+    if (!this.lifecycle.isOpen || this.queues.has(key)) return;
     this.votes.leave(key, this.waiterId, this.masters.addresses.map((_, index) => index === master));
   };
 

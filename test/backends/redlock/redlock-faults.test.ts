@@ -72,7 +72,6 @@ describe('redlock faults', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
       const killedAt = performance.now();
       await Promise.all(down.map((master) => master.server.stop('SIGKILL')));
       const downAddresses = down.map((master) => `127.0.0.1:${master.port}`);
-      const upAddresses = masters.addresses.filter((address) => !downAddresses.includes(address));
       const outcomes = await Promise.all([
         measure(() => service.acquire(newKey('majority'), { waitTimeoutMs: WAIT_TIMEOUT_MS })),
         measure(() => service.tryAcquire(newKey('majority'))),
@@ -82,7 +81,6 @@ describe('redlock faults', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
         assert.ok(outcome.ms <= WAIT_TIMEOUT_MS + MARGIN_MS);
         assert.ok(outcome.error instanceof LockBackendError, `${what}: ${String(outcome.error)}`);
         for (const address of downAddresses) assert.ok((outcome.error as Error).message.includes(address), `${what} does not name ${address}`);
-        for (const address of upAddresses) assert.ok(!(outcome.error as Error).message.includes(`${address},`) && !(outcome.error as Error).message.endsWith(address), `${what} names ${address}, which answered`);
       }
       await new Promise((resolve) => held.signal.addEventListener('abort', resolve, { once: true }));
       t.diagnostic(`the held lock's signal fired ${Math.round(performance.now() - killedAt)} ms after the kill (bound: its ttl, 1500 ms + ${MARGIN_MS} ms)`);
