@@ -41,9 +41,15 @@ export class RedlockMasters {
   ) {
     const perMaster: RedisBackendOptions[] = options.clients
       ? options.clients.map((client) => ({ type: 'redis' as const, client }))
-      : options.urls!.map((url) => ({ type: 'redis' as const, url, options: options.options }));
+      : // ioredis' own resubscription after a reconnect leaves a promise nobody handles when the
+        // connection is closed at that moment: our subscribers resubscribe themselves (below).
+        options.urls!.map((url) => ({ type: 'redis' as const, url, options: { autoResubscribe: false, ...options.options } }));
+    const ownSubscribers = !options.clients;
     this.connections = perMaster.map((master, index) => {
-      const connections = new RedisConnections(master, settings, channel, onResubscribed);
+      const connections: RedisConnections = new RedisConnections(master, settings, channel, () => {
+        if (!ownSubscribers) return onResubscribed();
+        connections.subscriber.subscribe(channel).then(onResubscribed, () => undefined);
+      });
       connections.subscriber.on('message', (_channel: string, key: string) => onWord(index, key));
       return connections;
     });
