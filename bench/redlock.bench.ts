@@ -23,17 +23,19 @@ const WAIT_MS = 30_000;
 interface Contender {
   label: string;
   runners: LockRunner[];
-  /** Buyers that gave up (their library's retries ran out) in the sales measured so far. */
+  /** Buyers whose call threw (retries ran out, or a release failed) in the sales measured so far, and the first error. */
   gaveUp: number;
+  firstError?: string;
 }
 
-/** A runner whose failures are counted, not thrown: a sale then ends when every buyer bought or gave up. */
+/** A runner whose failures are counted, not thrown: a sale then ends when every buyer bought or failed. */
 function counting(contender: Contender, runner: LockRunner): LockRunner {
   return async (name, section) => {
     try {
       await runner(name, section);
-    } catch {
+    } catch (error) {
       contender.gaveUp++;
+      contender.firstError ??= error instanceof Error ? `${error.name}: ${error.message}` : String(error);
     }
   };
 }
@@ -118,10 +120,11 @@ async function runOn(count: number): Promise<void> {
     for (const contender of contenders) await flashSale(contender.runners, BUYERS_PER_CONNECTION, STOCK);
     for (const contender of contenders) {
       contender.gaveUp = 0;
+      contender.firstError = undefined;
       const result = await medianFlashSale(SALE_REPEATS, () => flashSale(contender.runners, BUYERS_PER_CONNECTION, STOCK));
       sales.set(contender, result);
       printFlashSale(contender.label, result);
-      if (contender.gaveUp > 0) console.log(`  ${contender.gaveUp} of ${SALE_REPEATS * CONNECTIONS * BUYERS_PER_CONNECTION} buyers gave up after ${WAIT_MS} ms of retries (split votes)`);
+      if (contender.gaveUp > 0) console.log(`  ${contender.gaveUp} of ${SALE_REPEATS * CONNECTIONS * BUYERS_PER_CONNECTION} buyers' calls threw, first: ${contender.firstError}`);
     }
 
     const [ours, ...peers] = contenders;

@@ -12,17 +12,22 @@ export function redlockKeys(key: string): string[] {
   return [key, `${key}~fence`, `${key}~waiters`, `${key}~waiter-stale`];
 }
 
-const NOW = `local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)`;
+/** The server's time in ms, read only where needed: a lock taken and freed with nobody waiting costs the fewest calls. */
+const NOW = `local function now()
+  local clock = redis.call('TIME')
+  return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+end`;
 
 /**
  * Tells the first live waiter of the name (stale ones are dropped on the way) that the lock was
  * freed here, unless that waiter is \`skip\` (a waiter giving back a split vote retries by itself).
  */
-const WAKE = `local function wake(now, skip)
+const WAKE = `local function wake(skip)
   local heads = redis.call('ZRANGE', KEYS[3], 0, 9)
+  if #heads == 0 then return end
+  local time = now()
   for _, head in ipairs(heads) do
-    if tonumber(redis.call('HGET', KEYS[4], head) or '0') > now then
+    if tonumber(redis.call('HGET', KEYS[4], head) or '0') > time then
       if head ~= skip then redis.call('PUBLISH', '${WAKE_CHANNEL_PREFIX}' .. head, KEYS[1]) end
       return
     end
@@ -46,16 +51,13 @@ local current = redis.call('GET', KEYS[1])
 if current == false or current == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   local fence = redis.call('INCR', KEYS[2])
-  if ARGV[3] ~= '' then
-    redis.call('ZREM', KEYS[3], ARGV[3])
-    redis.call('HDEL', KEYS[4], ARGV[3])
-  end
+  if ARGV[3] ~= '' and redis.call('HDEL', KEYS[4], ARGV[3]) == 1 then redis.call('ZREM', KEYS[3], ARGV[3]) end
   return {1, fence}
 end
 if ARGV[3] ~= '' then
   local staleAfter = tonumber(ARGV[4])
   redis.call('ZADD', KEYS[3], 'NX', ARGV[5], ARGV[3])
-  redis.call('HSET', KEYS[4], ARGV[3], now + staleAfter)
+  redis.call('HSET', KEYS[4], ARGV[3], now() + staleAfter)
   redis.call('PEXPIRE', KEYS[3], staleAfter * 2)
   redis.call('PEXPIRE', KEYS[4], staleAfter * 2)
 end
@@ -93,7 +95,7 @@ ${WAKE}
 if ARGV[2] ~= '' and tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-wake(now, ARGV[3])
+wake(ARGV[3])
 return 1`,
 );
 
@@ -107,6 +109,6 @@ export const leaveScript = new RedisScript<0 | 1>(
 ${WAKE}
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 then wake(now, '') end
+if redis.call('EXISTS', KEYS[1]) == 0 then wake('') end
 return 1`,
 );

@@ -69,9 +69,14 @@ export class RedlockVotes {
     });
     const [granted, refused] = tally(answers);
     if (granted >= quorum) {
-      const token = await this.fence(key, entry, answers);
+      const fenced = this.fence(key, entry, answers);
+      const token = typeof fenced === 'bigint' ? fenced : await fenced;
       const elapsed = performance.now() - sentAt;
-      if (token !== undefined && ttlMs - elapsed - this.driftMs(ttlMs) > 0) return { won: true, token, sentAt };
+      if (token !== undefined && ttlMs - elapsed - this.driftMs(ttlMs) > 0) {
+        // Masters that refused still list this process among their waiters: it waits no more.
+        if (waiter && refused > 0) this.leave(key, waiter, answers.map((answer) => answer?.ok === true && answer.value[0] === 0));
+        return { won: true, token, sentAt };
+      }
     }
     // Refused everywhere: nothing of ours was set, the replies say so. Else take back what we got.
     if (refused < count) this.giveBack(key, entry, waiter);
@@ -88,15 +93,16 @@ export class RedlockVotes {
    * (which shares a master with it) counts above it: granting masters below it are raised (while
    * they still hold our entry). Undefined when that majority could not be made.
    */
-  private async fence(key: string, entry: string, answers: readonly Answer<[0 | 1, number, number?]>[]): Promise<bigint | undefined> {
+  private fence(key: string, entry: string, answers: readonly Answer<[0 | 1, number, number?]>[]): bigint | Promise<bigint | undefined> {
     let token = 0;
     for (const answer of answers) if (answer?.ok && answer.value[0] === 1) token = Math.max(token, answer.value[1]);
-    let atOrAbove = answers.filter((answer) => answer?.ok && answer.value[1] >= token).length;
+    const atOrAbove = answers.filter((answer) => answer?.ok && answer.value[1] >= token).length;
     if (atOrAbove >= this.masters.quorum) return BigInt(token);
     const behind = answers.map((answer) => answer?.ok === true && answer.value[0] === 1 && answer.value[1] < token);
-    const raised = await this.masters.round(raiseFenceScript, key, [entry, token], 'acquire', undefined, behind);
-    atOrAbove += raised.filter((answer) => answer?.ok && answer.value === 1).length;
-    return atOrAbove >= this.masters.quorum ? BigInt(token) : undefined;
+    return this.masters.round(raiseFenceScript, key, [entry, token], 'acquire', undefined, behind).then((raised) => {
+      const confirmed = atOrAbove + raised.filter((answer) => answer?.ok && answer.value === 1).length;
+      return confirmed >= this.masters.quorum ? BigInt(token) : undefined;
+    });
   }
 
   /** Extends `entry` on every master; counts only with a majority, within the validity. */
