@@ -18,7 +18,7 @@ const CYCLES_PER_ROUND = 200;
 const SALE_REPEATS = 3;
 const LEASE_MS = 10_000;
 /** How long any buyer may wait: a peer whose retries split the vote for longer gives up, and the sale reports it. */
-const WAIT_MS = 30_000;
+const WAIT_MS = 10_000;
 
 interface Contender {
   label: string;
