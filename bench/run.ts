@@ -12,6 +12,7 @@ const SECTIONS: Section[] = [
   { name: 'memory', run: () => import('./memory.bench').then((m) => m.run()) },
   { name: 'diagnostics', run: () => import('./diagnostics.bench').then((m) => m.run()) },
   { name: 'redis', run: () => import('./redis.bench').then((m) => m.run()) },
+  { name: 'redlock', run: () => import('./redlock.bench').then((m) => m.run()) },
   { name: 'etcd', run: () => import('./etcd.bench').then((m) => m.run()) },
   { name: 'zookeeper', run: () => import('./zookeeper.bench').then((m) => m.run()) },
   { name: 'postgres', run: () => import('./postgres.bench').then((m) => m.run()) },

@@ -47,6 +47,7 @@ export type { AcquireRequest, LockBackend, LockGrant } from './backends/lock-bac
 export { MemoryLockBackend } from './backends/memory/memory.backend';
 export { MemoryLockStore } from './backends/memory/memory-lock-store';
 export type { RedisBackendOptions, RedisClientLike } from './backends/redis/redis-options';
+export type { RedlockBackendOptions } from './backends/redlock/redlock-options';
 export type { ZooKeeperAclEntry, ZooKeeperBackendOptions, ZooKeeperPermission } from './backends/zookeeper/zookeeper-options';
 export type { EtcdBackendOptions, Etcd3ClientLike } from './backends/etcd/etcd-options';
 export type { PgPoolLike, PostgresBackendOptions } from './backends/postgres/postgres-options';

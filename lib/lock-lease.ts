@@ -95,7 +95,7 @@ export class LockLease {
     private readonly onReleased: (lease: LockLease) => void,
   ) {
     // The server's lease started after the request was sent, never before: count from then.
-    this.deadline = (grant.requestedAt ?? performance.now()) + ttlMs - driftAllowanceMs(ttlMs);
+    this.deadline = (grant.requestedAt ?? performance.now()) + ttlMs - this.driftMs(ttlMs);
     const provisional = grant.provisional;
     if (provisional) {
       // Handed over before the server recorded us: the previous holder's lease covers us until then.
@@ -267,9 +267,14 @@ export class LockLease {
    * reply. `onlyLater`: a confirmation that may arrive after a renewal must not shorten it.
    */
   private confirm(started: number, ttlMs: number, onlyLater = false): void {
-    const deadline = started + ttlMs - driftAllowanceMs(ttlMs);
+    const deadline = started + ttlMs - this.driftMs(ttlMs);
     if (!onlyLater || deadline > this.deadline) this.deadline = deadline;
     this.arm();
+  }
+
+  /** The library's allowance, or the backend's when it allows more (Redlock's driftFactor). */
+  private driftMs(ttlMs: number): number {
+    return Math.max(driftAllowanceMs(ttlMs), this.backend.driftAllowanceMs?.(ttlMs) ?? 0);
   }
 
   private checkDeadline(): void {

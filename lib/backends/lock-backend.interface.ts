@@ -34,6 +34,12 @@ export interface LockBackend {
   ping?(): Promise<void>;
 
   /**
+   * How far the server's clock may run ahead of ours over a lease of `ttlMs`, when a backend
+   * allows more than the library's own (1% + 2 ms): every local deadline is that much earlier.
+   */
+  driftAllowanceMs?(ttlMs: number): number;
+
+  /**
    * Wait, first come first served, until the lock is granted to `request.owner`.
    * When `request.signal` aborts first, the backend leaves the queue (and releases a grant that
    * raced with the abort) and rejects with the signal's reason.

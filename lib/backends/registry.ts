@@ -7,10 +7,11 @@ import type { LockBackend } from './lock-backend.interface';
 import { memoryBackend } from './memory/memory.definition';
 import { postgresBackend } from './postgres/postgres.definition';
 import { redisBackend } from './redis/redis.definition';
+import { redlockBackend } from './redlock/redlock.definition';
 import { zookeeperBackend } from './zookeeper/zookeeper.definition';
 
 /** Every backend the module can build: adding one is its folder and a line here. */
-const BACKENDS = [memoryBackend, customBackend, redisBackend, etcdBackend, zookeeperBackend, postgresBackend] as const;
+const BACKENDS = [memoryBackend, customBackend, redisBackend, redlockBackend, etcdBackend, zookeeperBackend, postgresBackend] as const;
 
 /** The `backend` option: the options of any registered backend, told apart by `type`. */
 export type BackendOptions = Parameters<(typeof BACKENDS)[number]['validate']>[0];

@@ -2,6 +2,7 @@ import { etcdSampleBackend } from './etcd.sample-backend';
 import { memorySampleBackend } from './memory.sample-backend';
 import { postgresSampleBackend } from './postgres.sample-backend';
 import { redisSampleBackend } from './redis.sample-backend';
+import { redlockSampleBackend } from './redlock.sample-backend';
 import type { SampleBackend } from './sample-backend';
 import { zookeeperSampleBackend } from './zookeeper.sample-backend';
 
@@ -10,6 +11,7 @@ export const SAMPLE_BACKENDS: Record<string, SampleBackend> = {
   memory: memorySampleBackend,
   etcd: etcdSampleBackend,
   redis: redisSampleBackend,
+  redlock: redlockSampleBackend,
   zookeeper: zookeeperSampleBackend,
   postgres: postgresSampleBackend,
 };

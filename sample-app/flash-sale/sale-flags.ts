@@ -11,7 +11,7 @@ export interface SaleFlags {
 }
 
 const USAGE =
-  'usage: npm start -- [--backend memory|redis|etcd|zookeeper|postgres] [--processes N] [--buyers N] [--stock N] [--no-lock] [--json]';
+  'usage: npm start -- [--backend memory|redis|redlock|etcd|zookeeper|postgres] [--processes N] [--buyers N] [--stock N] [--no-lock] [--json]';
 
 export function parseSaleFlags(argv: string[]): SaleFlags {
   const flags: SaleFlags = { backend: 'memory', processes: 1, buyers: 1000, stock: 300, lock: true, json: false, sku: 'flash-sale-item' };

@@ -1,0 +1,150 @@
+import { Redlock as SesameRedlock } from '@sesamecare-oss/redlock';
+import { Redis } from 'ioredis';
+import Redlock from 'redlock';
+import { RedlockMutex } from 'redis-semaphore';
+import type { LockService } from '../lib';
+import { createBackend } from '../lib/backends/registry';
+import { RedisMasters } from '../servers/redis-masters';
+import { lockServiceOver } from './lock-services';
+import { printFlashSale } from './report';
+import { formatRatio, median, pairedRatio } from './stats';
+import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner } from './workloads';
+
+const CONNECTIONS = 4;
+const BUYERS_PER_CONNECTION = 50;
+const STOCK = 150;
+const CYCLE_ROUNDS = 15;
+const CYCLES_PER_ROUND = 200;
+const SALE_REPEATS = 3;
+const LEASE_MS = 10_000;
+/** How long any buyer may wait: a peer whose retries split the vote for longer gives up, and the sale reports it. */
+const WAIT_MS = 10_000;
+
+interface Contender {
+  label: string;
+  runners: LockRunner[];
+  /** Buyers whose call threw (retries ran out, or a release failed) in the sales measured so far, and the first error. */
+  gaveUp: number;
+  firstError?: string;
+}
+
+/** A runner whose failures are counted, not thrown: a sale then ends when every buyer bought or failed. */
+function counting(contender: Contender, runner: LockRunner): LockRunner {
+  return async (name, section) => {
+    try {
+      await runner(name, section);
+    } catch (error) {
+      contender.gaveUp++;
+      contender.firstError ??= error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    }
+  };
+}
+
+/**
+ * This backend against node-redlock v5 (defaults, and tuned to 10 ms retries), its maintained
+ * fork @sesamecare-oss/redlock and redis-semaphore's RedlockMutex, on the same 3 and then 5
+ * throwaway masters in one run. Each "connection" is a client of every master, as a process has.
+ */
+export async function run(): Promise<void> {
+  for (const count of [3, 5]) await runOn(count);
+}
+
+async function runOn(count: number): Promise<void> {
+  const masters = await RedisMasters.start(count);
+  const clients: Redis[] = [];
+  const services: LockService[] = [];
+  const connectAll = () =>
+    masters.urls.map((url) => {
+      const client = new Redis(url);
+      clients.push(client);
+      return client;
+    });
+  const withRelease = (acquire: (name: string) => Promise<{ release(): Promise<unknown> }>): LockRunner => async (name, section) => {
+    const lock = await acquire(name);
+    try {
+      await section();
+    } finally {
+      await lock.release();
+    }
+  };
+  try {
+    for (let i = 0; i < CONNECTIONS; i++) services.push(lockServiceOver(await createBackend({ type: 'redlock', urls: masters.urls })));
+    const each = (make: () => LockRunner) => Array.from({ length: CONNECTIONS }, make);
+    const listed: Omit<Contender, 'gaveUp'>[] = [
+      { label: `this library (redlock, ${count} masters)`, runners: services.map((service): LockRunner => (name, section) => service.withLock(name, section, { waitTimeoutMs: WAIT_MS, ttlMs: LEASE_MS })) },
+      ...[
+        { delay: 200, jitter: 200, what: 'defaults' },
+        { delay: 10, jitter: 10, what: 'tuned' },
+      ].map(({ delay, jitter, what }) => ({
+        label: `redlock v5 (retryDelay ${delay}, jitter ${jitter}: ${what})`,
+        // Retries for up to WAIT_MS, as a sale needs (the default 10 tries give up after ~2 s).
+        runners: each(() => {
+          const redlock = new Redlock(connectAll(), { retryCount: Math.ceil(WAIT_MS / delay), retryDelay: delay, retryJitter: jitter });
+          return withRelease((name) => redlock.acquire([name], LEASE_MS));
+        }),
+      })),
+      {
+        label: '@sesamecare-oss/redlock (tuned: retryDelay 10, jitter 10)',
+        runners: each(() => {
+          const redlock = new SesameRedlock(connectAll(), { retryCount: Math.ceil(WAIT_MS / 10), retryDelay: 10, retryJitter: 10 });
+          return withRelease((name) => redlock.acquire([name], LEASE_MS));
+        }),
+      },
+      {
+        label: 'redis-semaphore RedlockMutex (retryInterval 10: default)',
+        runners: each(() => {
+          const redises = connectAll();
+          return withRelease(async (name) => {
+            const mutex = new RedlockMutex(redises, name, { lockTimeout: LEASE_MS, acquireTimeout: WAIT_MS });
+            await mutex.acquire();
+            return mutex;
+          });
+        }),
+      },
+    ];
+    const contenders: Contender[] = listed.map((each) => {
+      const contender: Contender = { ...each, gaveUp: 0 };
+      contender.runners = each.runners.map((runner) => counting(contender, runner));
+      return contender;
+    });
+
+    console.log(`${count} masters ${masters.addresses.join(', ')}; uncontended: ${CYCLE_ROUNDS} rounds x ${CYCLES_PER_ROUND} cycles, shuffled per round, after a warm-up round`);
+    const rounds = await interleavedCycles(new Map(contenders.map((c) => [c, c.runners[0]])), CYCLE_ROUNDS, CYCLES_PER_ROUND);
+    const cycles = new Map<Contender, number>(contenders.map((c) => [c, median(rounds.get(c)!)]));
+    for (const contender of contenders) {
+      const perSecond = cycles.get(contender)!;
+      console.log(`uncontended ${contender.label}: ${Math.round(perSecond)} cycles/s (${(1000 / perSecond).toFixed(3)} ms per cycle)`);
+    }
+    console.log(`flash sale: ${CONNECTIONS} connections x ${BUYERS_PER_CONNECTION} buyers, stock ${STOCK}, one lock name, median of ${SALE_REPEATS} after one warm-up sale each`);
+    const sales = new Map<Contender, FlashSaleResult>();
+    for (const contender of contenders) await flashSale(contender.runners, BUYERS_PER_CONNECTION, STOCK);
+    for (const contender of contenders) {
+      contender.gaveUp = 0;
+      contender.firstError = undefined;
+      const result = await medianFlashSale(SALE_REPEATS, () => flashSale(contender.runners, BUYERS_PER_CONNECTION, STOCK));
+      sales.set(contender, result);
+      printFlashSale(contender.label, result);
+      if (contender.gaveUp > 0) console.log(`  ${contender.gaveUp} of ${SALE_REPEATS * CONNECTIONS * BUYERS_PER_CONNECTION} buyers' calls threw, first: ${contender.firstError}`);
+    }
+
+    const [ours, ...peers] = contenders;
+    const bestCycle = peers.reduce((best, c) => (cycles.get(c)! > cycles.get(best)! ? c : best));
+    const bestSale = peers.reduce((best, c) => (sales.get(c)!.makespanMs < sales.get(best)!.makespanMs ? c : best));
+    console.log('ratios (this library / peer):');
+    for (const peer of peers) {
+      const paired = pairedRatio(rounds.get(ours)!, rounds.get(peer)!);
+      console.log(
+        `  vs ${peer.label}: uncontended cycle time ${(1 / paired.median).toFixed(2)}x (round by round), ` +
+          `flash-sale makespan ${formatRatio(sales.get(ours)!.makespanMs, sales.get(peer)!.makespanMs)}`,
+      );
+    }
+    const cycleTimeRatio = 1 / pairedRatio(rounds.get(ours)!, rounds.get(bestCycle)!).median;
+    const saleRatio = sales.get(ours)!.makespanMs / sales.get(bestSale)!.makespanMs;
+    console.log(`target uncontended cycle time <= 1.1x the best peer's (${bestCycle.label}): ${cycleTimeRatio.toFixed(2)}x ${cycleTimeRatio <= 1.1 ? 'MET' : 'MISSED'}`);
+    console.log(`target makespan <= 0.2x the best peer's (${bestSale.label}): ${saleRatio.toFixed(2)}x ${saleRatio <= 0.2 ? 'MET' : 'MISSED'}`);
+  } finally {
+    await Promise.all(services.map((service) => service.onApplicationShutdown()));
+    for (const client of clients) client.disconnect();
+    await masters.stop();
+  }
+}

@@ -1,0 +1,176 @@
+import { deadlines } from '../../deadlines';
+import { LockBackendError } from '../../errors';
+import type { BackendSettings } from '../backend-definition';
+import { redisAddress } from '../redis/redis-address';
+import { RedisConnections } from '../redis/redis-connection';
+import type { RedisBackendOptions } from '../redis/redis-options';
+import type { RedisScript } from '../redis/redis-script';
+import type { RedlockBackendOptions } from './redlock-options';
+import { quorum } from './redlock-options';
+import { redlockKeys } from './redlock-scripts';
+
+/** One master's answer to one request: its reply, its error, or undefined when it did not answer in time. */
+export type Answer<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: Error } | undefined;
+
+const KEY_CACHE_SIZE = 10_000;
+
+/**
+ * The N independent masters: a connection and a subscriber each (RedisConnections, opened in the
+ * background), and requests sent to all of them in parallel, each round bounded by the
+ * per-master request timeout with one deadline for the whole round.
+ */
+export class RedlockMasters {
+  readonly connections: RedisConnections[];
+  /** Each master as errors show it: `host:port`, never a password. */
+  readonly addresses: string[];
+  readonly quorum: number;
+  private readonly keyCache = new Map<string, string[]>();
+  private wasReady = false;
+
+  constructor(
+    options: RedlockBackendOptions,
+    settings: BackendSettings,
+    private readonly requestTimeoutMs: number,
+    /** What a release or a renewal may wait for: they have no vote to win against the clock. */
+    readonly serverTimeoutMs: number,
+    channel: string,
+    /** A master said a lock is free (the message names the lock key). */
+    onWord: (master: number, key: string) => void,
+    /** A subscriber came back after a disconnection: words published meanwhile are lost. */
+    onResubscribed: () => void,
+  ) {
+    const perMaster: RedisBackendOptions[] = options.clients
+      ? options.clients.map((client) => ({ type: 'redis' as const, client }))
+      : // ioredis' own resubscription after a reconnect leaves a promise nobody handles when the
+        // connection is closed at that moment: our subscribers resubscribe themselves (below).
+        options.urls!.map((url) => ({ type: 'redis' as const, url, options: { autoResubscribe: false, ...options.options } }));
+    const ownSubscribers = !options.clients;
+    this.connections = perMaster.map((master, index) => {
+      const connections: RedisConnections = new RedisConnections(master, settings, channel, () => {
+        if (!ownSubscribers) return onResubscribed();
+        connections.subscriber.subscribe(channel).then(onResubscribed, () => undefined);
+      });
+      connections.subscriber.on('message', (_channel: string, key: string) => onWord(index, key));
+      return connections;
+    });
+    this.addresses = perMaster.map((master) => redisAddress(master));
+    this.quorum = quorum(this.connections.length);
+  }
+
+  get count(): number {
+    return this.connections.length;
+  }
+
+  /**
+   * Sends `script` for `key` to every master (or those `only` selects) at once, and resolves
+   * with their answers by index once all answered, once `decided` says the rest cannot change
+   * the outcome, or after `timeoutMs` (default: the per-master request timeout), whichever is
+   * first. Never rejects.
+   */
+  round<T>(
+    script: RedisScript<T>,
+    key: string,
+    args: readonly (string | number)[],
+    verb: string,
+    decided?: (answers: readonly Answer<T>[]) => boolean,
+    only?: readonly boolean[],
+    timeoutMs = this.requestTimeoutMs,
+  ): Promise<Answer<T>[]> {
+    const keys = this.keysOf(key);
+    const answers: Answer<T>[] = new Array(this.connections.length).fill(undefined);
+    return new Promise((resolve) => {
+      let pending = 0;
+      let done = false;
+      const finish = () => {
+        if (done) return;
+        done = true;
+        deadlines.cancel(timer);
+        resolve(answers);
+      };
+      const settle = (index: number, answer: Answer<T>) => {
+        if (done) return;
+        answers[index] = answer;
+        if (--pending === 0 || decided?.(answers)) finish();
+      };
+      const timer = deadlines.add(performance.now() + timeoutMs, finish);
+      this.connections.forEach((connections, index) => {
+        if (only && !only[index]) return;
+        pending++;
+        connections.send(script.run(connections.client, keys, args), verb, key).then(
+          (value) => settle(index, { ok: true, value }),
+          (error: Error) => settle(index, { ok: false, error }),
+        );
+      });
+      if (pending === 0) finish();
+    });
+  }
+
+  /**
+   * Resolves at once when a majority of masters is connected (and subscribed for words); else
+   * once that many are, or all have answered or given up (each within serverTimeoutMs): a first
+   * vote must not spend its request timeout on connecting.
+   */
+  ready(): Promise<void> | undefined {
+    if (this.wasReady) return undefined;
+    let connected = this.connections.filter((connections) => connections.subscribed).length;
+    // Once a majority was up, votes count missing masters as not granting: ready for good.
+    if (connected >= this.quorum) return void (this.wasReady = true);
+    return new Promise((resolve) => {
+      let waiting = this.connections.length - connected;
+      for (const connections of this.connections) {
+        if (connections.subscribed) continue;
+        const settle = (ok: boolean) => {
+          if (ok) connected++;
+          if (--waiting === 0 || connected >= this.quorum) resolve();
+        };
+        connections.whenSubscribed('connect').then(
+          () => settle(true),
+          () => settle(false),
+        );
+      }
+    });
+  }
+
+  /** The masters that gave no reply in `answers` (an error or no answer in time), as errors name them. */
+  unanswered(answers: readonly Answer<unknown>[], only?: readonly boolean[]): string {
+    return this.addresses.filter((_, index) => (!only || only[index]) && !answers[index]?.ok).join(', ');
+  }
+
+  /** The first error among `answers`: why a master did not answer, as a cause. */
+  firstError(answers: readonly Answer<unknown>[]): Error | undefined {
+    for (const [index, answer] of answers.entries()) {
+      // The connection's own error (ECONNREFUSED), not its wrapping that names one master as 'the redis server'.
+      if (answer && !answer.ok) return answer.error instanceof LockBackendError && answer.error.cause instanceof Error ? answer.error.cause : answer.error;
+      if (!answer) return this.connections[index].unreachable();
+    }
+    return undefined;
+  }
+
+  /**
+   * Why a majority cannot be reached right now, or undefined: from the connections' own states
+   * and their last unanswered requests, with no round trip.
+   */
+  unreachable(): Error | undefined {
+    const down: string[] = [];
+    for (const [index, connections] of this.connections.entries()) {
+      const why = connections.unreachable();
+      if (why) down.push(`${this.addresses[index]} (${why.message})`);
+    }
+    if (down.length <= this.count - this.quorum) return undefined;
+    return new Error(`${down.length} of ${this.count} masters cannot be reached, and a lock needs ${this.quorum}: ${down.join(', ')}`);
+  }
+
+  close(): void {
+    for (const connections of this.connections) connections.close();
+  }
+
+  private keysOf(key: string): string[] {
+    let keys = this.keyCache.get(key);
+    if (!keys) {
+      // Names built from unbounded values (order ids) would grow the cache forever: start over.
+      if (this.keyCache.size >= KEY_CACHE_SIZE) this.keyCache.clear();
+      this.keyCache.set(key, (keys = redlockKeys(key)));
+    }
+    return keys;
+  }
+}

@@ -1,0 +1,114 @@
+import { RedisScript } from '../redis/redis-script';
+
+/** The channel a master publishes "the lock is free" on, for the process `waiterId`. */
+export const WAKE_CHANNEL_PREFIX = 'redlock:wake:';
+
+/**
+ * The keys of one lock name on every master: the lock (its value the holder's entry id), the
+ * fence counter (never expires), and the waiting processes in arrival order with the server
+ * time each goes stale at.
+ */
+export function redlockKeys(key: string): string[] {
+  return [key, `${key}~fence`, `${key}~waiters`, `${key}~waiter-stale`];
+}
+
+/** The server's time in ms, read only where needed: a lock taken and freed with nobody waiting costs the fewest calls. */
+const NOW = `local function now()
+  local clock = redis.call('TIME')
+  return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+end`;
+
+/**
+ * Tells the first live waiter of the name (stale ones are dropped on the way) that the lock was
+ * freed here, unless that waiter is \`skip\` (a waiter giving back a split vote retries by itself).
+ */
+const WAKE = `local function wake(skip)
+  local heads = redis.call('ZRANGE', KEYS[3], 0, 9)
+  if #heads == 0 then return end
+  local time = now()
+  for _, head in ipairs(heads) do
+    if tonumber(redis.call('HGET', KEYS[4], head) or '0') > time then
+      if head ~= skip then redis.call('PUBLISH', '${WAKE_CHANNEL_PREFIX}' .. head, KEYS[1]) end
+      return
+    end
+    redis.call('ZREM', KEYS[3], head)
+    redis.call('HDEL', KEYS[4], head)
+  end
+end`;
+
+/**
+ * ARGV: entry id, ttl ms, waiter id ('' = do not queue), stale-after ms, the waiter's arrival
+ * (ms, the waiting process's clock: every master then orders its waiters alike, and one release
+ * wakes the same process on all of them).
+ * Free (or already ours): take it, count the fence up, leave the waiters; reply {1, fence}.
+ * Held: join the waiters (keeping the place already held) and reply {0, fence, pttl}, so the
+ * waiter knows when a crashed holder's key runs out.
+ */
+export const acquireScript = new RedisScript<[0 | 1, number, number?]>(
+  'redlock-acquire',
+  `${NOW}
+local current = redis.call('GET', KEYS[1])
+if current == false or current == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  local fence = redis.call('INCR', KEYS[2])
+  if ARGV[3] ~= '' and redis.call('HDEL', KEYS[4], ARGV[3]) == 1 then redis.call('ZREM', KEYS[3], ARGV[3]) end
+  return {1, fence}
+end
+if ARGV[3] ~= '' then
+  local staleAfter = tonumber(ARGV[4])
+  redis.call('ZADD', KEYS[3], 'NX', ARGV[5], ARGV[3])
+  redis.call('HSET', KEYS[4], ARGV[3], now() + staleAfter)
+  redis.call('PEXPIRE', KEYS[3], staleAfter * 2)
+  redis.call('PEXPIRE', KEYS[4], staleAfter * 2)
+end
+return {0, tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('PTTL', KEYS[1])}`,
+);
+
+/**
+ * ARGV: entry id, token. Raises the fence counter to the token while the entry still holds the
+ * lock here: the write-back that leaves a majority at or above the token before it is handed out.
+ */
+export const raiseFenceScript = new RedisScript<0 | 1>(
+  'redlock-raise-fence',
+  `if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
+return 1`,
+);
+
+/** ARGV: entry id, ttl ms. 1 when the entry still held the lock here and its expiry moved. */
+export const renewScript = new RedisScript<0 | 1>(
+  'redlock-renew',
+  `if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1`,
+);
+
+/**
+ * ARGV: entry id, token ('' for none), waiter id of the releaser ('' for none). Owner-checked:
+ * deletes the lock only if the entry holds it, and then wakes the first waiter. The fence is
+ * raised to the token either way (it only ever goes up), which keeps lagging masters in step.
+ */
+export const releaseScript = new RedisScript<0 | 1>(
+  'redlock-release',
+  `${NOW}
+${WAKE}
+if ARGV[2] ~= '' and tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+wake(ARGV[3])
+return 1`,
+);
+
+/**
+ * ARGV: waiter id. Leaves the waiters of the name; when the lock is free here, the word goes to
+ * the next live waiter (the one leaving may have been woken, and must not swallow the word).
+ */
+export const leaveScript = new RedisScript<0 | 1>(
+  'redlock-leave',
+  `${NOW}
+${WAKE}
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then wake('') end
+return 1`,
+);

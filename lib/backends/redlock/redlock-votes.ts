@@ -1,0 +1,182 @@
+import { LockServerUnreachableError } from '../../errors';
+import type { Answer, RedlockMasters } from './redlock-masters';
+import { VoteSlots } from './vote-slots';
+import { acquireScript, leaveScript, raiseFenceScript, releaseScript, renewScript } from './redlock-scripts';
+
+/** Votes out at once per backend (see VoteSlots): enough to keep a burst's masters busy. */
+const VOTES_IN_FLIGHT = 64;
+
+/** A won vote: the token, and the moment the first request was sent (the lease counts from it). */
+export interface Won {
+  readonly won: true;
+  readonly token: bigint;
+  readonly sentAt: number;
+}
+
+/** A lost vote, and what the waiter needs to know to try again. */
+export interface Lost {
+  readonly won: false;
+  /** Some masters granted, not a majority: two waiters split the vote. */
+  readonly split: boolean;
+  /** Too few masters answered to tell: the error names those that did not. */
+  readonly unreachable?: LockServerUnreachableError;
+  /** When, from the holders' remaining ttls, a majority of masters will be free at the latest. */
+  readonly freeInMs: number;
+}
+
+export type Vote = Won | Lost;
+
+/** A renewal counted over the masters: a majority extended it, a majority refused it, or neither could be told. */
+export type Renewal = 'renewed' | 'refused' | LockServerUnreachableError;
+
+/**
+ * The Redlock algorithm over the masters (see docs/redlock.md): one parallel round to acquire,
+ * a write-back of the fence when the granting majority's counters disagree, a validity check
+ * counted from the first request, and a release on every master after a lost vote.
+ */
+export class RedlockVotes {
+  private readonly slots = new VoteSlots(VOTES_IN_FLIGHT);
+
+  constructor(
+    private readonly masters: RedlockMasters,
+    /** `ttl * driftFactor + 2`: how far the masters' clocks may run ahead of ours over a lease. */
+    readonly driftMs: (ttlMs: number) => number,
+  ) {}
+
+  /**
+   * One attempt of `entry` (unique per server-side holder) on every master. `waiter`: this
+   * process's waiter id, to join the waiters of masters that refuse ('' for a try-lock), in the
+   * order of `arrivedAt` (Date.now() of the entry's first vote).
+   */
+  async vote(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number, arrivedAt = 0): Promise<Vote> {
+    const slot = this.slots.take();
+    const giveBack = typeof slot === 'function' ? slot : await slot;
+    try {
+      return await this.voteNow(key, entry, ttlMs, waiter, staleAfterMs, arrivedAt);
+    } finally {
+      giveBack();
+    }
+  }
+
+  private async voteNow(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number, arrivedAt: number): Promise<Vote> {
+    const { quorum, count } = this.masters;
+    const connecting = this.masters.ready();
+    if (connecting) await connecting;
+    const sentAt = performance.now();
+    const answers = await this.masters.round(acquireScript, key, [entry, ttlMs, waiter, staleAfterMs, arrivedAt], waiter ? 'acquire' : 'try to acquire', (so) => {
+      const [granted, refused] = tally(so);
+      return granted >= quorum || refused > count - quorum;
+    });
+    const [granted, refused] = tally(answers);
+    if (granted >= quorum) {
+      const fenced = this.fence(key, entry, answers);
+      const token = typeof fenced === 'bigint' ? fenced : await fenced;
+      const elapsed = performance.now() - sentAt;
+      if (token !== undefined && ttlMs - elapsed - this.driftMs(ttlMs) > 0) {
+        // Masters that refused still list this process among their waiters: it waits no more.
+        if (waiter && refused > 0) this.leave(key, waiter, answers.map((answer) => answer?.ok === true && answer.value[0] === 0));
+        return { won: true, token, sentAt };
+      }
+    }
+    // Refused everywhere: nothing of ours was set, the replies say so. Else take back what we got.
+    if (refused < count) this.giveBack(key, entry, waiter);
+    const unreachable =
+      granted + refused < count && refused <= count - quorum
+        ? new LockServerUnreachableError('redlock', `${waiter ? 'acquire' : 'try to acquire'} "${key}"`, this.masters.unanswered(answers), Math.round(performance.now() - sentAt), this.masters.firstError(answers))
+        : undefined;
+    return { won: false, split: granted > 0, unreachable, freeInMs: freeIn(answers, quorum) };
+  }
+
+  /**
+   * The token of a majority grant: the highest counter among the granting masters. Before it
+   * is handed out, a majority must hold a counter at least that high, so that any later majority
+   * (which shares a master with it) counts above it: granting masters below it are raised (while
+   * they still hold our entry). Undefined when that majority could not be made.
+   */
+  private fence(key: string, entry: string, answers: readonly Answer<[0 | 1, number, number?]>[]): bigint | Promise<bigint | undefined> {
+    let token = 0;
+    for (const answer of answers) if (answer?.ok && answer.value[0] === 1) token = Math.max(token, answer.value[1]);
+    const atOrAbove = answers.filter((answer) => answer?.ok && answer.value[1] >= token).length;
+    if (atOrAbove >= this.masters.quorum) return BigInt(token);
+    const behind = answers.map((answer) => answer?.ok === true && answer.value[0] === 1 && answer.value[1] < token);
+    return this.masters.round(raiseFenceScript, key, [entry, token], 'acquire', undefined, behind).then((raised) => {
+      const confirmed = atOrAbove + raised.filter((answer) => answer?.ok && answer.value === 1).length;
+      return confirmed >= this.masters.quorum ? BigInt(token) : undefined;
+    });
+  }
+
+  /** Extends `entry` on every master; counts only with a majority, within the validity. */
+  async renew(key: string, entry: string, ttlMs: number): Promise<Renewal> {
+    const { quorum, count } = this.masters;
+    const sentAt = performance.now();
+    const answers = await this.masters.round(
+      renewScript,
+      key,
+      [entry, ttlMs],
+      'renew',
+      (so) => {
+        const [renewed, refused] = tally(so);
+        return renewed >= quorum || refused > count - quorum;
+      },
+      undefined,
+      Math.min(this.masters.serverTimeoutMs, ttlMs),
+    );
+    const [renewed, refused] = tally(answers);
+    if (refused > count - quorum) return 'refused';
+    const waitedMs = Math.round(performance.now() - sentAt);
+    if (renewed >= quorum && ttlMs - waitedMs - this.driftMs(ttlMs) > 0) return 'renewed';
+    return new LockServerUnreachableError('redlock', `renew "${key}"`, this.masters.unanswered(answers), waitedMs, this.masters.firstError(answers));
+  }
+
+  /**
+   * Owner-checked release on every master, raising each fence to `token` on the way. Rejects
+   * (for the caller's warning) only when no majority confirmed it: the rest expire with the ttl.
+   */
+  async release(key: string, entry: string, token: bigint): Promise<void> {
+    const confirmedByMajority = (so: readonly Answer<unknown>[]) => so.filter((answer) => answer?.ok).length >= this.masters.quorum;
+    const sentAt = performance.now();
+    // Sent to every master; a paused minority does not keep the caller once a majority confirmed.
+    const answers = await this.masters.round(releaseScript, key, [entry, String(token), ''], 'release', confirmedByMajority, undefined, this.masters.serverTimeoutMs);
+    if (confirmedByMajority(answers)) return;
+    throw new LockServerUnreachableError('redlock', `release "${key}"`, this.masters.unanswered(answers), Math.round(performance.now() - sentAt), this.masters.firstError(answers));
+  }
+
+  /** After a lost vote or a withdrawal: release everywhere (owner-checked), and leave the waiters. */
+  giveBack(key: string, entry: string, waiter: string): void {
+    void this.masters.round(releaseScript, key, [entry, '', waiter], 'release', undefined, undefined, this.masters.serverTimeoutMs);
+  }
+
+  /** Leaves the waiters of `key` on every master (or the one `only` selects), passing on a word we cannot use. */
+  leave(key: string, waiter: string, only?: readonly boolean[]): void {
+    void this.masters.round(leaveScript, key, [waiter], 'leave the waiters of', undefined, only, this.masters.serverTimeoutMs);
+  }
+}
+
+/** [granted, refused] among the answers so far; errors and silence count as neither. */
+function tally(answers: readonly Answer<unknown>[]): [number, number] {
+  let granted = 0;
+  let refused = 0;
+  for (const answer of answers) {
+    if (!answer?.ok) continue;
+    const first = Array.isArray(answer.value) ? answer.value[0] : answer.value;
+    if (first === 1) granted++;
+    else refused++;
+  }
+  return [granted, refused];
+}
+
+/**
+ * How long until a majority of masters is free at the latest: a granting master is free now, a
+ * refusing one when its holder's key runs out (its PTTL), an unanswered one never (as far as we know).
+ */
+function freeIn(answers: readonly Answer<[0 | 1, number, number?]>[], quorum: number): number {
+  const frees = answers
+    .map((answer) => {
+      if (!answer?.ok) return Infinity;
+      if (answer.value[0] === 1) return 0;
+      const pttl = answer.value[2] ?? 0;
+      return pttl < 0 ? (pttl === -1 ? Infinity : 0) : pttl;
+    })
+    .sort((a, b) => a - b);
+  return frees[quorum - 1];
+}

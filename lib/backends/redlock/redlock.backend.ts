@@ -1,0 +1,300 @@
+import { randomBytes } from 'node:crypto';
+import { LockBackendError } from '../../errors';
+import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
+import type { BackendSettings } from '../backend-definition';
+import { BackendLifecycle } from '../backend-lifecycle';
+import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
+import { LocalQueues, type BatchEntries } from '../local-queue/local-queues';
+import { RedlockAcquisition, UNREACHABLE_RETRY_MS, type AcquisitionTiming } from './redlock-acquisition';
+import { RedlockBatch } from './redlock-batch';
+import { RedlockMasters } from './redlock-masters';
+import {
+  DEFAULT_DRIFT_FACTOR,
+  DEFAULT_REQUEST_TIMEOUT_MS,
+  DEFAULT_RETRY_JITTER_MS,
+  validateRedlockOptions,
+  type RedlockBackendOptions,
+} from './redlock-options';
+import { WAKE_CHANNEL_PREFIX } from './redlock-scripts';
+import { RedlockVotes } from './redlock-votes';
+
+interface HeldLock {
+  readonly grant: LockGrant;
+  readonly lost: AbortController;
+  readonly batch: RedlockBatch;
+}
+
+/** The longest a waiter goes without voting again, in case a master's word was lost. */
+const SAFETY_NET_MS = 1_000;
+
+let trySeq = 0;
+
+/**
+ * Redlock over N independent Redis masters (docs/redlock.md): a lock is held while a majority
+ * of masters granted the same entry within its validity. A process's callers of one name share
+ * one entry (LocalQueues): the entry votes, and its callers take turns under it.
+ *
+ * Fencing token: `(fence << 16) + turn`, where fence is the highest per-master counter among
+ * the granting majority, written back so that a majority is at or above it before the grant is
+ * returned; any two majorities share a master, so a later grant counts above it. This holds
+ * only while every master keeps its counter and its lock keys: a master restarted without
+ * `appendfsync always` (or its keys evicted), or clocks that jump or drift beyond driftFactor,
+ * can let two holders in at once and give a later grant a lower token.
+ */
+export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatch> {
+  readonly name = 'redlock';
+  /** Leaves room for the suffixes of the fence and waiter keys. */
+  readonly maxKeyBytes = 1000;
+  readonly address: string;
+  private readonly lifecycle = new BackendLifecycle('redlock');
+  /** This process on the masters: its wake channel and its place among a name's waiters. */
+  private readonly waiterId = randomBytes(12).toString('base64url');
+  private readonly masters: RedlockMasters;
+  private readonly votes: RedlockVotes;
+  private readonly held = new Map<string, HeldLock>();
+  /** The batch of each name that is voting or waiting for a word (one per name: LocalQueues sends one at a time). */
+  private readonly waiting = new Map<string, RedlockAcquisition>();
+  private readonly queues = new LocalQueues<RedlockBatch>(
+    this,
+    (name, id) => new RedlockBatch(name, this.waiterId + id),
+    () => this.lifecycle.isOpen,
+    () => this.lifecycle.closedWhileWaiting(),
+  );
+  private readonly timing: AcquisitionTiming;
+  private readonly releasing = new Set<Promise<void>>();
+
+  constructor(
+    options: RedlockBackendOptions,
+    private readonly settings: BackendSettings,
+  ) {
+    const requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+    const driftFactor = options.driftFactor ?? DEFAULT_DRIFT_FACTOR;
+    this.masters = new RedlockMasters(options, settings, requestTimeoutMs, settings.serverTimeoutMs, WAKE_CHANNEL_PREFIX + this.waiterId, this.onWord, this.onResubscribed);
+    this.address = this.masters.addresses.join(', ');
+    this.votes = new RedlockVotes(this.masters, (ttlMs) => ttlMs * driftFactor + 2);
+    this.timing = {
+      serverTimeoutMs: settings.serverTimeoutMs,
+      retryJitterMs: options.retryJitterMs ?? DEFAULT_RETRY_JITTER_MS,
+      safetyNetMs: SAFETY_NET_MS,
+      staleAfterMs: 3 * SAFETY_NET_MS + requestTimeoutMs,
+    };
+  }
+
+  /** The masters' clocks may run ahead of ours by driftFactor: every local deadline allows for it. */
+  driftAllowanceMs(ttlMs: number): number {
+    return this.votes.driftMs(ttlMs);
+  }
+
+  /** More masters down than a majority can spare (from connection states: no round trip). */
+  unreachable(): Error | undefined {
+    return this.masters.unreachable();
+  }
+
+  async acquire(request: AcquireRequest): Promise<LockGrant> {
+    this.lifecycle.assertOpen();
+    request.signal.throwIfAborted();
+    return this.queues.acquire(request);
+  }
+
+  /**
+   * One vote, never queued. Null when a majority refused; LockServerUnreachableError naming the
+   * masters that did not answer when too few answered to tell for serverTimeoutMs.
+   */
+  async tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+    this.lifecycle.assertOpen();
+    const { key, owner, ttlMs } = request;
+    if (this.queues.has(key)) return null;
+    const batch = new RedlockBatch(key, `${this.waiterId}~t${(trySeq++).toString(36)}`);
+    batch.ttlMs = ttlMs;
+    const startedAt = performance.now();
+    let vote = await this.votes.vote(key, batch.id, ttlMs, '', this.timing.staleAfterMs);
+    // Too few answers is "cannot tell", not "busy": vote again until serverTimeoutMs says the masters are down.
+    while (!vote.won && vote.unreachable && performance.now() - startedAt < this.settings.serverTimeoutMs && this.lifecycle.isOpen) {
+      await new Promise((resolve) => setTimeout(resolve, UNREACHABLE_RETRY_MS));
+      vote = await this.votes.vote(key, batch.id, ttlMs, '', this.timing.staleAfterMs);
+    }
+    if (!vote.won) {
+      if (vote.unreachable) throw vote.unreachable;
+      return null;
+    }
+    batch.leaseFrom = vote.sentAt;
+    if (!this.lifecycle.isOpen || this.queues.has(key)) {
+      // Closed, or callers of this process queued meanwhile: a try does not go ahead of them.
+      this.votes.giveBack(key, batch.id, '');
+      if (!this.lifecycle.isOpen) this.lifecycle.assertOpen();
+      return null;
+    }
+    this.queues.adopt(batch, vote.token);
+    batch.holder = owner;
+    return this.grant(batch, request);
+  }
+
+  /** Extends the entry on every master; true only with a majority, within the validity. */
+  async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
+    const held = this.heldFor(grant);
+    if (!held) return false;
+    const { batch } = held;
+    const sentAt = performance.now();
+    const renewal = await this.votes.renew(batch.name, batch.id, ttlMs);
+    if (renewal === 'renewed') {
+      this.extended(batch, sentAt, ttlMs);
+      return true;
+    }
+    if (renewal !== 'refused') throw renewal;
+    this.held.delete(grant.owner);
+    this.entryLost(batch);
+    return false;
+  }
+
+  /** The next caller of the batch gets the lock with no round trip; with nobody left, the entry is released everywhere. */
+  async release(grant: LockGrant, validForMs?: number): Promise<void> {
+    const held = this.heldFor(grant);
+    if (!held) return;
+    this.held.delete(grant.owner);
+    await this.queues.release(held.batch, validForMs);
+  }
+
+  async close(): Promise<void> {
+    if (!this.lifecycle.beginClose()) return;
+    const heldError = this.lifecycle.closedWhileHeld();
+    const holding = [...this.queues.batches()].filter((batch) => batch.state === 'holding');
+    this.queues.closeAll(this.lifecycle.closedWhileWaiting());
+    for (const held of this.held.values()) held.lost.abort(heldError);
+    this.held.clear();
+    for (const batch of holding) this.releaseEntry(batch);
+    // The releases must leave before the connections close; a dead master does not hold us up.
+    const released = Promise.allSettled([...this.releasing]);
+    await Promise.race([released, new Promise((resolve) => setTimeout(resolve, this.settings.serverTimeoutMs).unref())]);
+    this.masters.close();
+  }
+
+  /** BatchEntries: the batch's entry starts voting at once, and waits for words between votes. */
+  send(batch: RedlockBatch): void {
+    const acquisition = new RedlockAcquisition(this.votes, batch, this.waiterId, this.timing, {
+      won: (token, sentAt) => {
+        this.waiting.delete(batch.name);
+        batch.leaseFrom = sentAt;
+        this.queues.holds(batch, token);
+      },
+      failed: (error) => {
+        this.waiting.delete(batch.name);
+        this.queues.end(batch, error);
+      },
+    });
+    batch.acquisition = acquisition;
+    this.waiting.set(batch.name, acquisition);
+    acquisition.start();
+  }
+
+  /** BatchEntries: its callers all left (or we close): stop voting, give back anything won, leave the waiters. */
+  withdraw(batch: RedlockBatch, reason: unknown): void {
+    batch.acquisition?.stop();
+    if (this.waiting.get(batch.name) === batch.acquisition) this.waiting.delete(batch.name);
+    this.votes.giveBack(batch.name, batch.id, this.waiterId);
+    this.votes.leave(batch.name, this.waiterId);
+    this.queues.end(batch, reason);
+  }
+
+  /** BatchEntries: nobody of the batch is left: release the entry on every master. */
+  async remove(batch: RedlockBatch): Promise<void> {
+    await this.releaseEntry(batch);
+  }
+
+  /** BatchEntries: a holder let go without knowing its lease valid: a renewal tells whether the entry still holds a majority. */
+  async confirm(batch: RedlockBatch): Promise<true | Error> {
+    const sentAt = performance.now();
+    const renewal = await this.votes.renew(batch.name, batch.id, batch.ttlMs);
+    if (renewal === 'renewed') {
+      this.extended(batch, sentAt, batch.ttlMs);
+      return true;
+    }
+    this.releaseEntry(batch).catch(() => undefined);
+    return renewal === 'refused' ? this.majorityGone('keep the lock') : renewal;
+  }
+
+  usable(batch: RedlockBatch): boolean {
+    return !batch.lost;
+  }
+
+  /**
+   * BatchEntries: the grant of a caller served under the entry. Its lease is the entry's: it
+   * ends when the entry's does. When too little of that is left for the caller's own renewal
+   * to come first, the entry is extended now and the grant is provisional until then.
+   */
+  grant(batch: RedlockBatch, request: Pick<AcquireRequest, 'key' | 'owner' | 'ttlMs'>): LockGrant {
+    const { key, owner, ttlMs } = request;
+    const lost = new AbortController();
+    const entryEnds = batch.leaseFrom + batch.ttlMs - this.votes.driftMs(batch.ttlMs);
+    // The lease's local deadline is requestedAt + ttlMs - drift(ttlMs): make that the entry's end.
+    const requestedAt = entryEnds - ttlMs + this.votes.driftMs(ttlMs);
+    let grant: LockGrant = { key, owner, fencingToken: batch.token(), lost: lost.signal, requestedAt };
+    if (entryEnds - performance.now() < ttlMs / 2) {
+      const sentAt = performance.now();
+      const recorded = this.votes.renew(batch.name, batch.id, ttlMs).then((renewal) => {
+        if (renewal === 'refused') return undefined;
+        if (renewal !== 'renewed') return new Promise<never>(() => undefined); // could not tell: the lease's own renewals go on until its deadline
+        this.extended(batch, sentAt, ttlMs);
+        return sentAt;
+      });
+      grant = { ...grant, provisional: { validUntil: entryEnds, recorded } };
+    }
+    this.held.set(owner, { grant, lost, batch });
+    return grant;
+  }
+
+  /**
+   * A master's word that `key` is free: the batch waiting for it votes now. The other masters'
+   * words for the same release often come after that vote won: those are dropped. A word for a
+   * name this process has nothing of is passed on (its waiter there was stale).
+   */
+  private readonly onWord = (master: number, key: string): void => {
+    const acquisition = this.waiting.get(key);
+    if (acquisition) return acquisition.wake();
+    if (!this.lifecycle.isOpen || this.queues.has(key)) return;
+    this.votes.leave(key, this.waiterId, this.masters.addresses.map((_, index) => index === master));
+  };
+
+  /** Words published while a subscriber was away are lost: every waiting batch votes again. */
+  private readonly onResubscribed = (): void => {
+    for (const acquisition of this.waiting.values()) acquisition.wake();
+  };
+
+  private extended(batch: RedlockBatch, sentAt: number, ttlMs: number): void {
+    if (sentAt + ttlMs - this.votes.driftMs(ttlMs) < batch.leaseFrom + batch.ttlMs - this.votes.driftMs(batch.ttlMs)) return;
+    batch.leaseFrom = sentAt;
+    batch.ttlMs = ttlMs;
+  }
+
+  /** The entry no longer holds a majority: its holders learn it from renew, its waiting callers now. */
+  private entryLost(batch: RedlockBatch): void {
+    batch.lost = true;
+    this.queues.end(batch, this.majorityGone('keep the lock'));
+  }
+
+  private releaseEntry(batch: RedlockBatch): Promise<void> {
+    const released = this.votes.release(batch.name, batch.id, batch.entryToken ?? 0n);
+    this.releasing.add(released);
+    void released.catch(() => undefined).finally(() => this.releasing.delete(released));
+    return released;
+  }
+
+  private majorityGone(operation: string): LockBackendError {
+    return new LockBackendError('redlock', operation, new Error('a majority of masters no longer hold this entry (its keys expired, or a master lost them)'), this.address);
+  }
+
+  /** The held lock of this very grant: a stale grant of a reused owner id does not match. */
+  private heldFor(grant: LockGrant): HeldLock | undefined {
+    const held = this.held.get(grant.owner);
+    return held?.grant.fencingToken === grant.fencingToken ? held : undefined;
+  }
+}
+
+/** Validates before any I/O; ioredis is loaded by the masters' connections (an optional peer). Never waits for a master. */
+export function createRedlockBackend(
+  options: RedlockBackendOptions,
+  settings: BackendSettings = { ttlMs: DEFAULT_TTL_MS, serverTimeoutMs: DEFAULT_SERVER_TIMEOUT_MS },
+): RedlockLockBackend {
+  validateRedlockOptions(options);
+  return new RedlockLockBackend(options, settings);
+}
+
