@@ -1,10 +1,8 @@
-import { Redis } from 'ioredis';
 import type { BackendOptions } from '../lib';
 import { createBackend } from '../lib/backends/registry';
-import { EtcdCluster } from '../servers/etcd-server';
+import { forEachServer, type ServerCounter } from './bench-servers';
 import { lockServiceOver } from './lock-services';
-import { commandsExecuted, startRedisServer } from '../servers/redis-server';
-import { startZooKeeperServer, transactionCount } from '../servers/zookeeper-server';
+import { recordFigure } from './summary';
 
 const BURST = 1000;
 
@@ -22,44 +20,23 @@ interface BurstResult {
  * committed, ZooKeeper transactions (zxid).
  */
 export async function run(): Promise<void> {
-  const redis = await startRedisServer();
-  const admin = new Redis(redis.url);
-  try {
-    await report('redis', 'commands', { type: 'redis', url: redis.url }, async () => (await commandsExecuted((section) => admin.info(section))).total);
-  } finally {
-    admin.disconnect();
-    await redis.stop();
-  }
-  const etcd = await EtcdCluster.start(1);
-  try {
-    const metrics = `${etcd.hosts[0]}/metrics`;
-    await report('etcd', 'raft proposals', { type: 'etcd', hosts: etcd.hosts }, async () => {
-      const text = await (await fetch(metrics)).text();
-      return Number(/^etcd_server_proposals_committed_total (\S+)$/m.exec(text)?.[1] ?? NaN);
-    });
-  } finally {
-    await etcd.stop();
-  }
-  const zookeeper = await startZooKeeperServer();
-  try {
-    await report('zookeeper', 'transactions', { type: 'zookeeper', connectionString: zookeeper.connectionString }, () => transactionCount(zookeeper.port));
-  } finally {
-    await zookeeper.stop();
-  }
+  await forEachServer((server) => report(server.name, server.backend, server.writes));
 }
 
-async function report(name: string, unit: string, backend: BackendOptions, writes: () => Promise<number>): Promise<void> {
+async function report(name: string, backend: BackendOptions, writes: ServerCounter): Promise<void> {
+  const { unit } = writes;
   const service = lockServiceOver(await createBackend(backend));
   try {
     // Warm up: connect, open the session, load the scripts.
     await service.withLock('warm-up', () => undefined);
-    const oneName = await burst(writes, (i) => service.withLock('burst', () => i));
-    const manyNames = await burst(writes, (i) => service.withLock(`burst-${i}`, () => i));
+    const oneName = await burst(() => writes.read(), (i) => service.withLock('burst', () => i));
+    const manyNames = await burst(() => writes.read(), (i) => service.withLock(`burst-${i}`, () => i));
     for (const [label, result] of [['one name', oneName], ['1000 names', manyNames]] as const) {
       console.log(
         `${name.padEnd(9)} ${BURST} callers, ${label.padEnd(10)}: ${result.errors} errors, ${result.writes} ${unit} ` +
           `(${(result.writes / BURST).toFixed(2)} per caller), makespan ${Math.round(result.makespanMs)} ms`,
       );
+      recordFigure(`${name}, ${BURST} callers, ${label}`, `${result.errors} errors, ${result.writes} ${unit}, ${Math.round(result.makespanMs)} ms`);
     }
   } finally {
     await service.onApplicationShutdown();

@@ -5,6 +5,8 @@ import { recordLockMetrics } from '../lib/instrumentation/lock-metrics';
 import { lockServiceOver } from './lock-services';
 import { median } from './stats';
 import { uncontendedCycles, type LockRunner } from './workloads';
+import { progress } from './progress';
+import { recordFigure } from './summary';
 
 const ROUNDS = 15;
 const CYCLES_PER_ROUND = 5_000;
@@ -42,20 +44,20 @@ export async function run(): Promise<void> {
     stop();
   }
   for (let round = 0; round < ROUNDS; round++) {
-    process.stdout.write(`\rdiagnostics: round ${round + 1} of ${ROUNDS}`);
     for (const name of Object.keys(variants).sort(() => Math.random() - 0.5)) {
       const stop = variants[name]();
       results.get(name)!.push((await uncontendedCycles(runner, 1, CYCLES_PER_ROUND)).cyclesPerSecond);
       stop();
     }
+    progress('uncontended round', round + 1, ROUNDS);
   }
-  process.stdout.write('\n');
   const baseline = median(results.get('no subscriber')!);
   console.log('| uncontended memory cycle | cycles/s (median) | us per cycle | vs no subscriber |');
   console.log('| --- | --- | --- | --- |');
   for (const [name, perSecond] of results) {
     const rate = median(perSecond);
     console.log(`| ${name} | ${Math.round(rate).toLocaleString('en-US')} | ${(1e6 / rate).toFixed(2)} | ${(rate / baseline).toFixed(2)}x |`);
+    if (name !== 'no subscriber') recordFigure(`memory cycles/s with ${name}, vs none`, `${(rate / baseline).toFixed(2)}x`);
   }
   await service.onApplicationShutdown();
 }

@@ -8,11 +8,9 @@ import { runSql, startPostgresServer } from '../servers/postgres-server';
 import { lockServiceOver } from './lock-services';
 import { printFlashSale } from './report';
 import { formatRatio, median, pairedRatio } from './stats';
-import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner } from './workloads';
+import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK } from './workloads';
+import { recordTarget } from './summary';
 
-const CONNECTIONS = 4;
-const BUYERS_PER_CONNECTION = 50;
-const STOCK = 150;
 const CYCLE_ROUNDS = 15;
 const CYCLES_PER_ROUND = 200;
 const SALE_REPEATS = 3;
@@ -47,15 +45,15 @@ export async function run(): Promise<void> {
     await runSql(postgres.url, 'CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
     await runSql(postgres.url, schemaDdl(DEFAULT_NAMES));
     await runSql(postgres.url, 'CREATE TABLE IF NOT EXISTS poll_locks (name text PRIMARY KEY, owner text NOT NULL, expires_at timestamptz NOT NULL)');
-    for (let i = 0; i < CONNECTIONS; i++) services.push(lockServiceOver(await createBackend({ type: 'postgres', url: postgres.url })));
+    for (let i = 0; i < SALE_CONNECTIONS; i++) services.push(lockServiceOver(await createBackend({ type: 'postgres', url: postgres.url })));
     const contenders: Contender[] = [
       {
         label: 'this library (postgres)',
         runners: services.map((service): LockRunner => (name, section) => service.withLock(name, section, { waitTimeoutMs: WAIT_MS, ttlMs: LEASE_MS })),
       },
       // One connection per waiter and holder: a session lock is the connection's; 50 buyers need 50.
-      { label: 'session advisory lock (pg_advisory_lock, dedicated connection)', runners: Array.from({ length: CONNECTIONS }, () => advisoryRunner(newPool(BUYERS_PER_CONNECTION))) },
-      { label: `polling lease row (try, sleep ${POLL_MS} ms, retry)`, runners: Array.from({ length: CONNECTIONS }, () => pollingRunner(newPool(10))) },
+      { label: 'session advisory lock (pg_advisory_lock, dedicated connection)', runners: Array.from({ length: SALE_CONNECTIONS }, () => advisoryRunner(newPool(SALE_BUYERS_PER_CONNECTION))) },
+      { label: `polling lease row (try, sleep ${POLL_MS} ms, retry)`, runners: Array.from({ length: SALE_CONNECTIONS }, () => pollingRunner(newPool(10))) },
     ];
     console.log(`postgres 15 ${postgres.url}; uncontended: ${CYCLE_ROUNDS} rounds x ${CYCLES_PER_ROUND} cycles, shuffled order per round after a warm-up; medians, ratios inside each round`);
     const rounds = await interleavedCycles(new Map(contenders.map((c) => [c, c.runners[0]])), CYCLE_ROUNDS, CYCLES_PER_ROUND);
@@ -63,11 +61,11 @@ export async function run(): Promise<void> {
       const perSecond = median(rounds.get(contender)!);
       console.log(`uncontended ${contender.label}: ${Math.round(perSecond)} cycles/s (${(1000 / perSecond).toFixed(3)} ms per cycle)`);
     }
-    console.log(`flash sale: ${CONNECTIONS} processes' worth x ${BUYERS_PER_CONNECTION} buyers, stock ${STOCK}, one lock name, median of ${SALE_REPEATS} after one warm-up sale each`);
+    console.log(`flash sale: ${SALE_CONNECTIONS} processes' worth x ${SALE_BUYERS_PER_CONNECTION} buyers, stock ${SALE_STOCK}, one lock name, median of ${SALE_REPEATS} after one warm-up sale each`);
     const sales = new Map<Contender, FlashSaleResult>();
-    for (const contender of contenders) await flashSale(contender.runners, BUYERS_PER_CONNECTION, STOCK);
+    for (const contender of contenders) await flashSale(contender.runners, SALE_BUYERS_PER_CONNECTION, SALE_STOCK);
     for (const contender of contenders) {
-      const result = await medianFlashSale(SALE_REPEATS, () => flashSale(contender.runners, BUYERS_PER_CONNECTION, STOCK));
+      const result = await medianFlashSale(SALE_REPEATS, () => flashSale(contender.runners, SALE_BUYERS_PER_CONNECTION, SALE_STOCK));
       sales.set(contender, result);
       printFlashSale(contender.label, result);
     }
@@ -77,8 +75,8 @@ export async function run(): Promise<void> {
     const cycleTimeRatio = 1 / vsAdvisory.median;
     const saleRatio = sales.get(ours)!.makespanMs / sales.get(polling)!.makespanMs;
     console.log(`ratios: uncontended cycle time vs advisory ${cycleTimeRatio.toFixed(2)}x (round by round), makespan vs polling ${formatRatio(sales.get(ours)!.makespanMs, sales.get(polling)!.makespanMs)}, vs advisory ${formatRatio(sales.get(ours)!.makespanMs, sales.get(advisory)!.makespanMs)}`);
-    console.log(`target uncontended cycle <= 1.5x the advisory lock's: ${cycleTimeRatio.toFixed(2)}x ${cycleTimeRatio <= 1.5 ? 'MET' : 'MISSED'}`);
-    console.log(`target makespan <= 0.2x the polling lock's: ${saleRatio.toFixed(2)}x ${saleRatio <= 0.2 ? 'MET' : 'MISSED'}`);
+    recordTarget("uncontended cycle time vs the advisory lock's", cycleTimeRatio, '<=', 1.5);
+    recordTarget("flash-sale makespan vs the polling lock's", saleRatio, '<=', 0.2);
 
     console.log(`statements per hand-off (pg_stat_statements, top-level calls from the holder's last ${HOLD_MS} ms of hold to the next grant; notifications counted on the channel):`);
     for (const waiters of QUEUE_LENGTHS) {

@@ -8,11 +8,9 @@ import { RedisMasters } from '../servers/redis-masters';
 import { lockServiceOver } from './lock-services';
 import { printFlashSale } from './report';
 import { formatRatio, median, pairedRatio } from './stats';
-import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner } from './workloads';
+import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK } from './workloads';
+import { recordTarget } from './summary';
 
-const CONNECTIONS = 4;
-const BUYERS_PER_CONNECTION = 50;
-const STOCK = 150;
 const CYCLE_ROUNDS = 15;
 const CYCLES_PER_ROUND = 200;
 const SALE_REPEATS = 3;
@@ -68,8 +66,8 @@ async function runOn(count: number): Promise<void> {
     }
   };
   try {
-    for (let i = 0; i < CONNECTIONS; i++) services.push(lockServiceOver(await createBackend({ type: 'redlock', urls: masters.urls })));
-    const each = (make: () => LockRunner) => Array.from({ length: CONNECTIONS }, make);
+    for (let i = 0; i < SALE_CONNECTIONS; i++) services.push(lockServiceOver(await createBackend({ type: 'redlock', urls: masters.urls })));
+    const each = (make: () => LockRunner) => Array.from({ length: SALE_CONNECTIONS }, make);
     const listed: Omit<Contender, 'gaveUp'>[] = [
       { label: `this library (redlock, ${count} masters)`, runners: services.map((service): LockRunner => (name, section) => service.withLock(name, section, { waitTimeoutMs: WAIT_MS, ttlMs: LEASE_MS })) },
       ...[
@@ -115,16 +113,16 @@ async function runOn(count: number): Promise<void> {
       const perSecond = cycles.get(contender)!;
       console.log(`uncontended ${contender.label}: ${Math.round(perSecond)} cycles/s (${(1000 / perSecond).toFixed(3)} ms per cycle)`);
     }
-    console.log(`flash sale: ${CONNECTIONS} connections x ${BUYERS_PER_CONNECTION} buyers, stock ${STOCK}, one lock name, median of ${SALE_REPEATS} after one warm-up sale each`);
+    console.log(`flash sale: ${SALE_CONNECTIONS} connections x ${SALE_BUYERS_PER_CONNECTION} buyers, stock ${SALE_STOCK}, one lock name, median of ${SALE_REPEATS} after one warm-up sale each`);
     const sales = new Map<Contender, FlashSaleResult>();
-    for (const contender of contenders) await flashSale(contender.runners, BUYERS_PER_CONNECTION, STOCK);
+    for (const contender of contenders) await flashSale(contender.runners, SALE_BUYERS_PER_CONNECTION, SALE_STOCK);
     for (const contender of contenders) {
       contender.gaveUp = 0;
       contender.firstError = undefined;
-      const result = await medianFlashSale(SALE_REPEATS, () => flashSale(contender.runners, BUYERS_PER_CONNECTION, STOCK));
+      const result = await medianFlashSale(SALE_REPEATS, () => flashSale(contender.runners, SALE_BUYERS_PER_CONNECTION, SALE_STOCK));
       sales.set(contender, result);
       printFlashSale(contender.label, result);
-      if (contender.gaveUp > 0) console.log(`  ${contender.gaveUp} of ${SALE_REPEATS * CONNECTIONS * BUYERS_PER_CONNECTION} buyers' calls threw, first: ${contender.firstError}`);
+      if (contender.gaveUp > 0) console.log(`  ${contender.gaveUp} of ${SALE_REPEATS * SALE_CONNECTIONS * SALE_BUYERS_PER_CONNECTION} buyers' calls threw, first: ${contender.firstError}`);
     }
 
     const [ours, ...peers] = contenders;
@@ -140,8 +138,8 @@ async function runOn(count: number): Promise<void> {
     }
     const cycleTimeRatio = 1 / pairedRatio(rounds.get(ours)!, rounds.get(bestCycle)!).median;
     const saleRatio = sales.get(ours)!.makespanMs / sales.get(bestSale)!.makespanMs;
-    console.log(`target uncontended cycle time <= 1.1x the best peer's (${bestCycle.label}): ${cycleTimeRatio.toFixed(2)}x ${cycleTimeRatio <= 1.1 ? 'MET' : 'MISSED'}`);
-    console.log(`target makespan <= 0.2x the best peer's (${bestSale.label}): ${saleRatio.toFixed(2)}x ${saleRatio <= 0.2 ? 'MET' : 'MISSED'}`);
+    recordTarget(`uncontended cycle time vs the best peer's (${bestCycle.label})`, cycleTimeRatio, '<=', 1.1);
+    recordTarget(`flash-sale makespan vs the best peer's (${bestSale.label})`, saleRatio, '<=', 0.2);
   } finally {
     await Promise.all(services.map((service) => service.onApplicationShutdown()));
     for (const client of clients) client.disconnect();

@@ -4,18 +4,22 @@
  * prints medians and ratios. Absolute numbers move on a shared machine; ratios are the result.
  */
 import 'reflect-metadata';
+import { enterSection } from './progress';
+import { printSummary, summarySection } from './summary';
 
 type Section = { name: string; run: () => Promise<void> };
 
 /** Backends add their section here. */
 const SECTIONS: Section[] = [
   { name: 'memory', run: () => import('./memory.bench').then((m) => m.run()) },
+  { name: 'decorator', run: () => import('./decorator.bench').then((m) => m.run()) },
   { name: 'diagnostics', run: () => import('./diagnostics.bench').then((m) => m.run()) },
   { name: 'redis', run: () => import('./redis.bench').then((m) => m.run()) },
   { name: 'redlock', run: () => import('./redlock.bench').then((m) => m.run()) },
   { name: 'etcd', run: () => import('./etcd.bench').then((m) => m.run()) },
   { name: 'zookeeper', run: () => import('./zookeeper.bench').then((m) => m.run()) },
   { name: 'postgres', run: () => import('./postgres.bench').then((m) => m.run()) },
+  { name: 'scale', run: () => import('./scale.bench').then((m) => m.run()) },
   { name: 'burst', run: () => import('./burst.bench').then((m) => m.run()) },
 ];
 
@@ -27,10 +31,13 @@ async function main(): Promise<void> {
     process.exit(1);
   }
   console.log(`node ${process.version}, ${require('node:os').cpus().length} cores, ${new Date().toISOString()}`);
-  for (const section of chosen) {
+  for (const [index, section] of chosen.entries()) {
     console.log(`\n== ${section.name} ==`);
+    enterSection(section.name, index, chosen.length);
+    summarySection(section.name);
     await section.run();
   }
+  printSummary();
 }
 
 main().then(

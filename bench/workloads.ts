@@ -1,4 +1,10 @@
+import { progress } from './progress';
 import { median, percentile } from './stats';
+
+/** The contended flash sale every backend's section runs: 4 connections x 50 buyers race for a stock of 150 on one name. */
+export const SALE_CONNECTIONS = 4;
+export const SALE_BUYERS_PER_CONNECTION = 50;
+export const SALE_STOCK = 150;
 
 /**
  * Runs one lock's critical section. Each library under test is adapted to this shape, so every
@@ -21,6 +27,7 @@ export async function uncontendedCycles(run: LockRunner, rounds = 7, cyclesPerRo
     const started = performance.now();
     for (let i = 0; i < cyclesPerRound; i++) await run(name, () => undefined);
     perSecond.push(cyclesPerRound / ((performance.now() - started) / 1000));
+    if (rounds > 1) progress('uncontended round', round + 1, rounds);
   }
   const cyclesPerSecond = median(perSecond);
   return { cyclesPerSecond, cycleMs: 1000 / cyclesPerSecond };
@@ -37,6 +44,7 @@ export async function interleavedCycles<K>(runners: ReadonlyMap<K, LockRunner>, 
   for (let round = 0; round < rounds; round++) {
     const order = [...runners.keys()].sort(() => Math.random() - 0.5);
     for (const key of order) results.get(key)!.push((await uncontendedCycles(runners.get(key)!, 1, cyclesPerRound)).cyclesPerSecond);
+    progress('uncontended round', round + 1, rounds);
   }
   return results;
 }
@@ -95,7 +103,10 @@ export async function flashSale(runners: LockRunner[], buyersPerConnection: numb
 /** Repeats a flash sale and keeps the run with the median makespan (the machine is noisy). */
 export async function medianFlashSale(repeat: number, sale: () => Promise<FlashSaleResult>): Promise<FlashSaleResult & { runs: number }> {
   const results: FlashSaleResult[] = [];
-  for (let i = 0; i < repeat; i++) results.push(await sale());
+  for (let i = 0; i < repeat; i++) {
+    results.push(await sale());
+    progress('flash sale', i + 1, repeat);
+  }
   results.sort((a, b) => a.makespanMs - b.makespanMs);
   const middle = results[Math.floor(results.length / 2)];
   return { ...middle, invariantHolds: results.every((r) => r.invariantHolds), runs: results.length };

@@ -7,11 +7,9 @@ import { lockServiceOver } from './lock-services';
 import { startZooKeeperServer } from '../servers/zookeeper-server';
 import { printFlashSale } from './report';
 import { formatRatio, median, percentile } from './stats';
-import { flashSale, medianFlashSale, uncontendedCycles, type FlashSaleResult, type LockRunner } from './workloads';
+import { flashSale, medianFlashSale, uncontendedCycles, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK } from './workloads';
+import { recordFigure } from './summary';
 
-const CONNECTIONS = 4;
-const BUYERS_PER_CONNECTION = 50;
-const STOCK = 150;
 /** Hand-offs between two clients, each time to a waiter directly behind the holder. */
 const PAIR_HAND_OFFS = 300;
 /** Waiters per connection queued behind one holder, then handed the lock one after another. */
@@ -24,9 +22,9 @@ const QUEUED_PER_CONNECTION = 50;
  */
 export async function run(): Promise<void> {
   const zookeeper = await startZooKeeperServer();
-  const backends = Array.from({ length: CONNECTIONS }, () => createZooKeeperBackend({ type: 'zookeeper', connectionString: zookeeper.connectionString }));
+  const backends = Array.from({ length: SALE_CONNECTIONS }, () => createZooKeeperBackend({ type: 'zookeeper', connectionString: zookeeper.connectionString }));
   const services = backends.map((backend) => lockServiceOver(backend));
-  const naiveClients = await Promise.all(Array.from({ length: CONNECTIONS }, () => connect(zookeeper.connectionString)));
+  const naiveClients = await Promise.all(Array.from({ length: SALE_CONNECTIONS }, () => connect(zookeeper.connectionString)));
   try {
     const ours: LockRunner[] = services.map((service) => (name, section) => service.withLock(name, section, { waitTimeoutMs: 120_000 }));
     const naive: LockRunner[] = naiveClients.map((client) => (name, section) => naiveLock(client, name, section));
@@ -55,7 +53,7 @@ export async function run(): Promise<void> {
 
     for (const [where, handOff] of [
       ['a waiter directly behind the holder', await pairHandOffs(services.slice(0, 2), backends.slice(0, 2))],
-      [`a queue of ${CONNECTIONS * QUEUED_PER_CONNECTION} waiters in ${CONNECTIONS} clients`, await queuedHandOffs(services, backends)],
+      [`a queue of ${SALE_CONNECTIONS * QUEUED_PER_CONNECTION} waiters in ${SALE_CONNECTIONS} clients`, await queuedHandOffs(services, backends)],
     ] as const) {
       console.log(
         `hand-off to ${where}, release to grant: median ${handOff.medianMs.toFixed(3)} ms (p90 ${handOff.p90Ms.toFixed(3)}) = ` +
@@ -63,13 +61,15 @@ export async function run(): Promise<void> {
       );
     }
 
-    const sale = await medianFlashSale(5, () => flashSale(ours, BUYERS_PER_CONNECTION, STOCK));
+    const sale = await medianFlashSale(5, () => flashSale(ours, SALE_BUYERS_PER_CONNECTION, SALE_STOCK));
     printFlashSale('this library (zookeeper)', sale);
     assertInvariant('this library', sale);
-    const naiveSale = await medianFlashSale(5, () => flashSale(naive, BUYERS_PER_CONNECTION, STOCK));
+    const naiveSale = await medianFlashSale(5, () => flashSale(naive, SALE_BUYERS_PER_CONNECTION, SALE_STOCK));
     printFlashSale('naive try-lock (retry 5-15 ms)', naiveSale);
     assertInvariant('naive try-lock', naiveSale);
     console.log(`  makespan ratio naive / this library: ${formatRatio(naiveSale.makespanMs, sale.makespanMs)}`);
+    recordFigure('uncontended cycle, in write round trips', (ourCycles.cycleMs / writeMs).toFixed(2));
+    recordFigure('flash-sale makespan, this library / naive try-lock', formatRatio(sale.makespanMs, naiveSale.makespanMs));
   } finally {
     for (const client of naiveClients) client.close();
     await Promise.all(services.map((service) => service.onApplicationShutdown()));

@@ -1,5 +1,5 @@
 export { DistributedLockModule } from './distributed-lock.module';
-export { LockService } from './lock.service';
+export { LockService, type LockInspectionResult } from './lock.service';
 export { LockHandle } from './lock-handle';
 export { WithLock } from './with-lock.decorator';
 export { currentLock } from './lock-context';
@@ -43,7 +43,7 @@ export {
   LockTimeoutError,
   type LockLostReason,
 } from './errors';
-export type { AcquireRequest, LockBackend, LockGrant } from './backends/lock-backend.interface';
+export type { AcquireRequest, LockBackend, LockGrant, LockInspection } from './backends/lock-backend.interface';
 export { MemoryLockBackend } from './backends/memory/memory.backend';
 export { MemoryLockStore } from './backends/memory/memory-lock-store';
 export type { RedisBackendOptions, RedisClientLike } from './backends/redis/redis-options';

@@ -1,16 +1,17 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import { LOCK_BACKEND } from './backends/lock-backend.token';
-import type { AcquireRequest, LockBackend, LockGrant } from './backends/lock-backend.interface';
+import type { LockBackend, LockGrant, LockInspection } from './backends/lock-backend.interface';
 import { deadlines, type Deadline } from './deadlines';
 import { lockChannels, tracingAcquire, type AcquiredMessage, type AcquireMessage, type TimedOutMessage } from './diagnostics/lock-channels';
-import { DistributedLockError, LockBackendError, LockServerUnreachableError, LockTimeoutError } from './errors';
+import { DistributedLockError, LockBackendError, LockConfigError, LockTimeoutError } from './errors';
 import { withinServerTimeout } from './server-timeout';
 import { lockContext, LockScope } from './lock-context';
 import { LockInstrumentation } from './instrumentation/lock-instrumentation';
 import { LockHandle } from './lock-handle';
 import { assertLockName, toBackendKey } from './lock-key';
 import { LockLease } from './lock-lease';
+import { WaitRequest } from './wait-request';
 import {
   CALL_OPTION_FIELDS,
   resolveLockOptions,
@@ -26,6 +27,9 @@ import {
 import { RESOLVED_LOCK_OPTIONS } from './lock-options.token';
 
 const logger = new Logger('DistributedLock');
+
+/** What LockService.inspect resolves to: the backend's view (LockInspection) of the lock `name`. */
+export type LockInspectionResult = { readonly name: string } & LockInspection;
 
 /**
  * Acquire, try, run under, and look up locks. Re-entrant per async call chain: a name the chain
@@ -203,6 +207,58 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
   }
 
   /**
+   * The server's view of the lock `name`: held or free, the holder's owner id and fencing token
+   * (and, where the backend can tell, how long it has held it and when its lease ends), and how
+   * many wait. Another process's lock shows up. Bounded by `serverTimeoutMs`.
+   */
+  async inspect(name: string): Promise<LockInspectionResult> {
+    const key = this.operatorKey(name, 'inspect');
+    const inspection = await this.operatorCall(`inspect "${name}"`, () => this.backend.inspect!(key));
+    return { name, ...inspection };
+  }
+
+  /**
+   * An operator's escape hatch for a stuck lock: removes its holder's lease on the server,
+   * whoever holds it, and the next waiter is granted. The holder's lost signal fires at its next
+   * contact with the server; its fencing token is lower than the next holder's, so storage that
+   * checks tokens refuses its late writes. True when a holder was removed, false when the lock
+   * was free. Not for application code: see the README, "Force release".
+   */
+  async forceRelease(name: string): Promise<boolean> {
+    const key = this.operatorKey(name, 'forceRelease');
+    const removed = await this.operatorCall(`force the release of "${name}"`, () => this.backend.forceRelease!(key));
+    if (removed) logger.warn(`forceRelease("${name}") removed the holder's lease (${this.backend.name} backend); the holder learns at its next renewal.`);
+    return removed;
+  }
+
+  /** The key of `name` for an operator's call; a bad name, or a backend without the call, fails before any I/O. */
+  private operatorKey(name: string, method: 'inspect' | 'forceRelease'): string {
+    assertLockName(name, `LockService.${method}`);
+    if (typeof this.backend[method] !== 'function') {
+      throw new LockConfigError(
+        'backend',
+        `the ${this.backend.name} backend has no ${method}(), which LockService.${method} needs: a custom backend implements LockBackend.${method} for it (every built-in backend has it).`,
+      );
+    }
+    return this.backendKey(name);
+  }
+
+  /** One operator's call at the server, bounded by serverTimeoutMs like a renewal or a release. */
+  private async operatorCall<T>(operation: string, call: () => Promise<T>): Promise<T> {
+    let answer: Promise<T>;
+    try {
+      answer = call();
+    } catch (error) {
+      answer = Promise.reject(error);
+    }
+    try {
+      return await withinServerTimeout(answer, this.backend, operation, this.options.serverTimeoutMs);
+    } catch (error) {
+      throw this.wrap(operation, error);
+    }
+  }
+
+  /**
    * Shutdown takes no new locks and abandons waits, then gives each lock still held until its
    * lease ends to be released by its holder (renewal stops; a holder still running then is told
    * its lock was lost). Each lock is released once, at the server, so other processes need not
@@ -364,105 +420,5 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
 
   private nextOwner(): string {
     return this.ownerPrefix + (++this.ownerSeq).toString(36);
-  }
-}
-
-/**
- * One acquisition's request to the backend. Its signal is made only when a backend looks at it
- * (most grants come at once, before any backend needs it) or when the wait must end: an
- * AbortSignal costs microseconds to make.
- */
-class WaitRequest implements AcquireRequest {
-  private controller?: AbortController;
-  private timer?: Deadline;
-  private callerSignal?: AbortSignal;
-  private onCallerAbort?: () => void;
-  private onStop?: (reason: unknown) => void;
-  private stopped?: { reason: unknown };
-
-  constructor(
-    readonly key: string,
-    readonly owner: string,
-    readonly ttlMs: number,
-  ) {}
-
-  /**
-   * Ends the wait `waitTimeoutMs` after `started`, or when the caller's signal aborts. A wait
-   * that ends while the server cannot be reached says so, rather than blaming a holder.
-   */
-  startClock(name: string, started: number, waitTimeoutMs: number, callerSignal: AbortSignal | undefined, backend: LockBackend): void {
-    if (waitTimeoutMs !== Infinity) {
-      // Kept alive for: a process waiting for a lock is not done.
-      this.timer = deadlines.add(
-        started + waitTimeoutMs,
-        () => {
-          const waitedMs = Math.round(performance.now() - started);
-          const down = backend.unreachable?.();
-          this.stop(
-            down
-              ? new LockServerUnreachableError(backend.name, `acquire "${name}"`, backend.address ?? backend.name, waitedMs, down)
-              : new LockTimeoutError(name, waitedMs),
-          );
-        },
-        true,
-      );
-    }
-    if (callerSignal) {
-      this.callerSignal = callerSignal;
-      this.onCallerAbort = () => this.stop(callerSignal.reason);
-      callerSignal.addEventListener('abort', this.onCallerAbort, { once: true });
-    }
-  }
-
-  stopClock(): void {
-    deadlines.cancel(this.timer);
-    if (this.onCallerAbort) this.callerSignal!.removeEventListener('abort', this.onCallerAbort);
-  }
-
-  get signal(): AbortSignal {
-    return (this.controller ??= new AbortController()).signal;
-  }
-
-  /**
-   * `granted`, or the stop reason as soon as the wait is stopped, even if the backend has not
-   * answered yet (a server that is paused or black-holed): the caller's deadline holds whatever
-   * the backend does. A grant that arrives after that goes to `late`. No AbortSignal is made
-   * for this: most grants come before any stop.
-   */
-  bound(granted: Promise<LockGrant>, late: (grant: LockGrant) => void): Promise<LockGrant> {
-    return new Promise<LockGrant>((resolve, reject) => {
-      let settled = false;
-      this.onStop = (reason) => {
-        if (settled) return;
-        settled = true;
-        reject(reason);
-        granted.then(late, () => undefined);
-      };
-      granted.then(
-        (grant) => {
-          if (settled) return; // stopped first: onStop handed it to `late`
-          settled = true;
-          resolve(grant);
-        },
-        (error) => {
-          if (settled) return;
-          settled = true;
-          reject(error);
-        },
-      );
-    });
-  }
-
-  /** Ends the wait: the backend is told through the signal, the caller at once with `reason`. */
-  stop(reason: unknown): void {
-    if (this.stopped) return;
-    this.stopped = { reason };
-    (this.controller ??= new AbortController()).abort(reason);
-    this.onStop?.(reason);
-  }
-
-  /** `error` is the reason this request was stopped with (not a backend failure). */
-  stoppedWith(error: unknown): boolean {
-    return this.stopped !== undefined && this.stopped.reason === error;
   }
 }

@@ -13,6 +13,8 @@ const SERVERS = [
   { package: 'postgresql', installed: () => existsSync('/usr/lib/postgresql/15/bin/postgres') },
   // PgBouncer, for the transaction-mode test (servers/pgbouncer-server.ts).
   { package: 'pgbouncer', installed: () => existsSync('/usr/sbin/pgbouncer') },
+  // Makes the throwaway CA and certificates of the TLS tests (servers/test-certificates.ts).
+  { package: 'openssl', installed: () => onPath('openssl') },
 ];
 
 function ensureTestServers() {

@@ -35,6 +35,8 @@ const TEST_TIMEOUT_MS = 120_000;
 const FILE_TIMEOUT_MS = 240_000;
 const BACKENDS = ['memory', 'redis', 'etcd', 'zookeeper', 'postgres', 'redlock'];
 const totals = { passed: 0, failed: 0, skipped: 0 };
+/** Per backend (or test folder): files, outcomes and time, for the table at the end. */
+const areas = new Map();
 const failedFiles = [];
 const scratch = mkdtempSync(path.join(os.tmpdir(), 'lock-tests-'));
 const started = Date.now();
@@ -42,7 +44,8 @@ const started = Date.now();
 files.forEach((file, index) => {
   const relative = path.relative(testRoot, file);
   const area = BACKENDS.find((backend) => relative.includes(backend)) ?? relative.split(path.sep)[0];
-  console.log(`\n── file ${index + 1} of ${files.length} · ${area} · ${relative}`);
+  console.log(`\n── file ${index + 1} of ${files.length} · ${area} · ${relative} · ${elapsed(started)} in`);
+  const fileStarted = Date.now();
   const countsFile = path.join(scratch, `${index}.counts`);
   const run = spawnSync(
     process.execPath,
@@ -60,19 +63,44 @@ files.forEach((file, index) => {
   );
   const counts = countsOf(countsFile);
   for (const outcome of Object.keys(totals)) totals[outcome] += counts[outcome];
+  const byArea = areas.get(area) ?? { files: 0, passed: 0, failed: 0, skipped: 0, ms: 0 };
+  areas.set(area, byArea);
+  byArea.files++;
+  byArea.ms += Date.now() - fileStarted;
+  for (const outcome of Object.keys(totals)) byArea[outcome] += counts[outcome];
   if (run.status !== 0 || counts.failed > 0) {
     const why = run.error ? `stopped: ${run.error.message}` : run.signal ? `killed by ${run.signal}` : `exit ${run.status}`;
     failedFiles.push(`${relative} (${why})`);
     // A file that died before reporting a failed test still counts as one failure.
-    if (counts.failed === 0) totals.failed++;
+    if (counts.failed === 0) {
+      totals.failed++;
+      byArea.failed++;
+    }
   }
 });
 rmSync(scratch, { recursive: true, force: true });
 
+printAreaTable();
 console.log(`\n${files.length} test files in ${Math.round((Date.now() - started) / 1000)} s`);
 for (const failed of failedFiles) console.log(`failed: ${failed}`);
 console.log(`${totals.passed} passed, ${totals.failed} failed, ${totals.skipped} skipped`);
 process.exit(failedFiles.length === 0 ? 0 : 1);
+
+function elapsed(since) {
+  const seconds = Math.round((Date.now() - since) / 1000);
+  return seconds < 60 ? `${seconds} s` : `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
+}
+
+function printAreaTable() {
+  const rows = [['area', 'files', 'passed', 'failed', 'skipped', 'time']];
+  for (const [area, a] of areas) rows.push([area, a.files, a.passed, a.failed, a.skipped, `${Math.round(a.ms / 1000)} s`].map(String));
+  const widths = rows[0].map((_, column) => Math.max(...rows.map((row) => row[column].length)));
+  console.log('');
+  rows.forEach((row, i) => {
+    console.log(`| ${row.map((cell, column) => (column === 0 ? cell.padEnd(widths[column]) : cell.padStart(widths[column]))).join(' | ')} |`);
+    if (i === 0) console.log(`|${widths.map((width) => '-'.repeat(width + 2)).join('|')}|`);
+  });
+}
 
 /** The file's outcomes, one line per finished test (see count-reporter.mjs). */
 function countsOf(countsFile) {

@@ -4,6 +4,7 @@ import path from 'node:path';
 import { Etcd3 } from 'etcd3';
 import { freePort } from './free-port';
 import { ServerProcess } from './server-process';
+import type { TestCertificates } from './test-certificates';
 
 /**
  * Fast elections so failover tests finish in seconds: a heartbeat every 50 ms and an election
@@ -12,6 +13,14 @@ import { ServerProcess } from './server-process';
  */
 const HEARTBEAT_MS = 50;
 const ELECTION_TIMEOUT_MS = 500;
+
+export interface EtcdClusterOptions {
+  /**
+   * Serve clients over https only, with these certificates' server certificate, and require a
+   * client certificate signed by their CA (`--client-cert-auth`). Peers stay on plain http.
+   */
+  tls?: TestCertificates;
+}
 
 interface Member {
   readonly name: string;
@@ -29,15 +38,20 @@ export class EtcdCluster {
     private readonly dataRoot: string,
     private readonly members: Member[],
     private readonly args: string[][],
+    private readonly tls: TestCertificates | undefined,
   ) {}
 
-  static async start(size = 1): Promise<EtcdCluster> {
+  static async start(size = 1, options: EtcdClusterOptions = {}): Promise<EtcdCluster> {
+    const { tls } = options;
     const dataRoot = await mkdtemp(path.join(os.tmpdir(), 'etcd-test-'));
     const ports = await distinctPorts(size * 2);
     const names = Array.from({ length: size }, (_, i) => `n${i + 1}`);
     const peerUrl = (i: number) => `http://127.0.0.1:${ports[size + i]}`;
     const initialCluster = names.map((name, i) => `${name}=${peerUrl(i)}`).join(',');
-    const members: Member[] = names.map((name, i) => ({ name, clientUrl: `http://127.0.0.1:${ports[i]}` }));
+    const members: Member[] = names.map((name, i) => ({ name, clientUrl: `${tls ? 'https' : 'http'}://127.0.0.1:${ports[i]}` }));
+    const tlsArgs = tls
+      ? ['--cert-file', tls.server.certFile, '--key-file', tls.server.keyFile, '--client-cert-auth', '--trusted-ca-file', tls.caFile]
+      : [];
     const args = names.map((name, i) => [
       '--name', name,
       '--data-dir', path.join(dataRoot, name),
@@ -49,8 +63,9 @@ export class EtcdCluster {
       '--initial-cluster-state', 'new',
       '--heartbeat-interval', String(HEARTBEAT_MS),
       '--election-timeout', String(ELECTION_TIMEOUT_MS),
+      ...tlsArgs,
     ]);
-    const cluster = new EtcdCluster(dataRoot, members, args);
+    const cluster = new EtcdCluster(dataRoot, members, args, tls);
     try {
       await Promise.all(members.map((_, i) => cluster.startMember(i)));
       await cluster.waitHealthy(30_000);
@@ -70,12 +85,17 @@ export class EtcdCluster {
     return this.members[index].clientUrl;
   }
 
+  /** etcd3's `credentials` that this cluster accepts (its CA, and a client certificate it signed); undefined without TLS. */
+  get credentials(): { rootCertificate: Buffer; privateKey: Buffer; certChain: Buffer } | undefined {
+    return this.tls && { rootCertificate: this.tls.ca, privateKey: this.tls.client.key, certChain: this.tls.client.cert };
+  }
+
   /** Index of the member that currently leads, from the live members' own status. */
   async leaderIndex(): Promise<number> {
     const statuses = await Promise.all(
       this.members.map(async (member) => {
         if (!member.server) return undefined;
-        const client = new Etcd3({ hosts: member.clientUrl });
+        const client = new Etcd3({ hosts: member.clientUrl, credentials: this.credentials });
         try {
           return await client.maintenance.status({ deadline: Date.now() + 2_000 });
         } catch {
@@ -89,6 +109,23 @@ export class EtcdCluster {
     const index = statuses.findIndex((status) => status !== undefined && status.header.member_id === leader);
     if (index < 0) throw new Error('no live etcd member leads');
     return index;
+  }
+
+  /**
+   * gRPC messages member `index` has received since it started (each unary call is one, each
+   * keepalive or watch request on a stream one more), in all and by method, from its /metrics
+   * (grpc_server_msg_received_total). Plain http members only: over TLS /metrics wants a client certificate.
+   */
+  async messagesReceived(index = 0): Promise<{ total: number; byMethod: Record<string, number> }> {
+    const text = await (await fetch(`${this.members[index].clientUrl}/metrics`)).text();
+    const byMethod: Record<string, number> = {};
+    let total = 0;
+    for (const [, labels, value] of text.matchAll(/^grpc_server_msg_received_total\{([^}]*)\} (\S+)$/gm)) {
+      const method = /grpc_method="([^"]*)"/.exec(labels)?.[1] ?? '?';
+      byMethod[method] = (byMethod[method] ?? 0) + Number(value);
+      total += Number(value);
+    }
+    return { total, byMethod };
   }
 
   /** SIGKILL: the member is gone with no goodbye, as in a crash. */
@@ -127,7 +164,7 @@ export class EtcdCluster {
   async waitHealthy(timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     for (const member of this.members.filter((m) => m.server)) {
-      const client = new Etcd3({ hosts: member.clientUrl });
+      const client = new Etcd3({ hosts: member.clientUrl, credentials: this.credentials });
       try {
         for (;;) {
           try {

@@ -1,5 +1,6 @@
 import { freePort } from './free-port';
 import { ServerProcess } from './server-process';
+import type { TestCertificates } from './test-certificates';
 import { inTempDir } from './temp-dir-server';
 
 export interface RedisServer {
@@ -15,11 +16,33 @@ export interface RedisServer {
  * what the restart test wants. Pass extra arguments (e.g. `--appendonly yes`) to change that.
  */
 export async function startRedisServer(extraArgs: string[] = []): Promise<RedisServer> {
+  return startOnFreePort('redis', (port) => ['--port', String(port)], extraArgs);
+}
+
+/**
+ * The same server listening on TLS only (`--port 0`: no plain port), with `certificates`' server
+ * certificate, trusting only their CA, and requiring a client certificate (`--tls-auth-clients
+ * yes`). `url` is `rediss://127.0.0.1:<port>`. Debian's redis-server is built with TLS.
+ */
+export async function startRedisTlsServer(certificates: TestCertificates, extraArgs: string[] = []): Promise<RedisServer> {
+  const tlsArgs = (port: number) => [
+    '--port', '0',
+    '--tls-port', String(port),
+    '--tls-cert-file', certificates.server.certFile,
+    '--tls-key-file', certificates.server.keyFile,
+    '--tls-ca-cert-file', certificates.caFile,
+    '--tls-auth-clients', 'yes',
+  ];
+  return startOnFreePort('rediss', tlsArgs, extraArgs);
+}
+
+async function startOnFreePort(scheme: 'redis' | 'rediss', portArgs: (port: number) => string[], extraArgs: string[]): Promise<RedisServer> {
   const port = await freePort();
   return inTempDir('lock-redis-', async (dir) => {
-    const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--daemonize', 'no', ...extraArgs];
-    const server = await ServerProcess.start({ name: `redis-server on 127.0.0.1:${port}`, command: 'redis-server', args, port });
-    return { server, port, url: `redis://127.0.0.1:${port}`, stop: () => server.stop() };
+    const args = [...portArgs(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--daemonize', 'no', ...extraArgs];
+    const name = `redis-server on ${scheme === 'rediss' ? 'TLS ' : ''}127.0.0.1:${port}`;
+    const server = await ServerProcess.start({ name, command: 'redis-server', args, port });
+    return { server, port, url: `${scheme}://127.0.0.1:${port}`, stop: () => server.stop() };
   });
 }
 

@@ -78,6 +78,14 @@ export async function transactionCount(port: number): Promise<number> {
   return Number(BigInt(`0x${zxid}`) & 0xffffffffn);
 }
 
+/** Requests (packets) the server has received since it started, pings included: from `srvr`. */
+export async function packetsReceived(port: number): Promise<number> {
+  const answer = await fourLetterWord(port, 'srvr');
+  const received = /Received: (\d+)/.exec(answer)?.[1];
+  if (!received) throw new Error(`no Received count in the srvr answer: ${answer}`);
+  return Number(received);
+}
+
 function fourLetterWord(port: number, word: string): Promise<string> {
   return new Promise((resolve, reject) => {
     const socket = connect({ host: '127.0.0.1', port });

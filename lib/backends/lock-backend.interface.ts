@@ -34,6 +34,20 @@ export interface LockBackend {
   ping?(): Promise<void>;
 
   /**
+   * The server's view of the lock on `key` (never this process's memory alone), for operators.
+   * Optional for custom backends; every built-in backend has it.
+   */
+  inspect?(key: string): Promise<LockInspection>;
+
+  /**
+   * Operators' escape hatch: removes the current holder's lease on the server whoever holds it,
+   * so the next waiter is granted. The holder learns at its next contact with the server (its
+   * lost signal fires); fencing tokens make its late writes harmless. Resolves true when a
+   * holder was removed, false when the lock was free.
+   */
+  forceRelease?(key: string): Promise<boolean>;
+
+  /**
    * How far the server's clock may run ahead of ours over a lease of `ttlMs`, when a backend
    * allows more than the library's own (1% + 2 ms): every local deadline is that much earlier.
    */
@@ -109,4 +123,18 @@ export interface LockGrant {
    * from, or with `undefined` when the server refused: the lock is then lost.
    */
   readonly provisional?: { readonly validUntil: number; readonly recorded: Promise<number | undefined> };
+}
+
+/** What `LockBackend.inspect` reports. */
+export interface LockInspection {
+  readonly held: boolean;
+  readonly holder?: {
+    readonly owner: string;
+    /** The token the holder's handle shows (for an in-process hand-over: as last recorded on the server). */
+    readonly fencingToken: bigint;
+    readonly heldForMs?: number;
+    readonly expiresInMs?: number;
+  };
+  /** Callers queued behind the holder, over every process, as far as the server can tell. */
+  readonly waiting: number;
 }

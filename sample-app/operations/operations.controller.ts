@@ -1,14 +1,22 @@
-import { Controller, Get, Header } from '@nestjs/common';
+import { Controller, Get, Header, Param } from '@nestjs/common';
 import { HealthCheck, HealthCheckService } from '@nestjs/terminus';
 import { register } from 'prom-client';
-import { DistributedLockHealthIndicator } from '../../lib';
+import { DistributedLockHealthIndicator, LockService, type LockInspectionResult } from '../../lib';
 
-/** What an operator points a load balancer and Prometheus at. */
+/** The inspection as JSON: the fencing token as a decimal string (JSON has no bigint, and a number would lose digits). */
+export type LockView = Omit<LockInspectionResult, 'holder'> & { holder?: Omit<NonNullable<LockInspectionResult['holder']>, 'fencingToken'> & { fencingToken: string } };
+
+/**
+ * What an operator points a load balancer, Prometheus and a dashboard at. There is deliberately
+ * no route for LockService.forceRelease: breaking a lock is an operator's power, not something
+ * to hand to whoever can reach the app's HTTP port (README, "Force release").
+ */
 @Controller()
 export class OperationsController {
   constructor(
     private readonly health: HealthCheckService,
     private readonly lockHealth: DistributedLockHealthIndicator,
+    private readonly locks: LockService,
   ) {}
 
   /** 200 with the lock backend's round trip, or 503 with the reason, within serverTimeoutMs. */
@@ -23,5 +31,12 @@ export class OperationsController {
   @Header('Content-Type', register.contentType)
   metrics(): Promise<string> {
     return register.metrics();
+  }
+
+  /** The server's view of one lock, e.g. GET /locks/stock:pear (read-only). */
+  @Get('locks/:name')
+  async inspect(@Param('name') name: string): Promise<LockView> {
+    const { holder, ...view } = await this.locks.inspect(name);
+    return holder ? { ...view, holder: { ...holder, fencingToken: holder.fencingToken.toString() } } : view;
   }
 }

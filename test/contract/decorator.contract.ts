@@ -141,7 +141,7 @@ export function runDecoratorContract(newClient: () => Promise<LockBackend>): voi
       }
       await assert.rejects(orders.place(undefined as never), LockKeyError);
       assert.equal(orders.ran, 0, 'the handler ran with a bad key');
-      assert.deepEqual(calls, { acquire: 0, tryAcquire: 0, renew: 0, release: 0 });
+      assert.deepEqual(calls, { acquire: 0, tryAcquire: 0, renew: 0, release: 0, inspect: 0, forceRelease: 0 });
     });
   });
 }

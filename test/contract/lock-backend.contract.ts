@@ -2,17 +2,20 @@ import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { setImmediate as tick } from 'node:timers/promises';
 import { after, afterEach, before, describe, it } from 'node:test';
-import { LockKeyError, LockLostError, LockTimeoutError, type LockBackend, type LockService } from '../../lib';
+import { LockKeyError, LockLostError, LockTimeoutError, type BackendOptions, type LockBackend, type LockService } from '../../lib';
 import { countingBackend } from '../support/counting-backend';
 import { lockServiceOver } from '../support/lock-service-factory';
 import { abortedWithin, assertExclusive, eventually, sleep, type HoldInterval } from '../support/timing';
 import { unless, type BackendCapabilities } from './capabilities';
 import { runDecoratorContract } from './decorator.contract';
+import { inspectCases } from './inspect.contract';
 
 /** A running server (or cluster) and a way to connect another client to it. */
 export interface ContractTarget {
   /** A new client of the same server, as another process would have. */
   newClient(): Promise<LockBackend>;
+  /** The same server as a `backend` module option (JSON-safe), for a child process; omitted for an in-process backend. */
+  processBackend?: BackendOptions;
   stop(): Promise<void>;
 }
 
@@ -26,6 +29,8 @@ export interface ContractOptions extends BackendCapabilities {
   expiryBoundMs?: number;
   /** Gap between waiters' arrivals in the FIFO test, so their order is known. Default 30. */
   arrivalGapMs?: number;
+  /** The server's lease granularity (inspect's expiresInMs may reach the rounded-up lease). Default 1. */
+  leaseRoundingMs?: number;
 }
 
 /**
@@ -349,8 +354,10 @@ export function runLockContract(options: ContractOptions): void {
         await assert.rejects(service.withLock(bad as never, () => (ran = true)), LockKeyError);
         assert.equal(ran, false);
       }
-      assert.deepEqual(calls, { acquire: 0, tryAcquire: 0, renew: 0, release: 0 });
+      assert.deepEqual(calls, { acquire: 0, tryAcquire: 0, renew: 0, release: 0, inspect: 0, forceRelease: 0 });
     });
+
+    inspectCases({ processBackend: () => target.processBackend, newBackend, client, newKey, leaseRoundingMs: options.leaseRoundingMs, fifo: options.fifo });
 
     runDecoratorContract(() => target.newClient());
   });

@@ -6,6 +6,7 @@ runLockContract({
   name: 'postgres',
   async start() {
     const postgres = await startPostgresServer();
-    return { newClient: () => createBackend({ type: 'postgres', url: postgres.url }), stop: () => postgres.stop() };
+    const backend = { type: 'postgres', url: postgres.url } as const;
+    return { newClient: () => createBackend(backend), processBackend: backend, stop: () => postgres.stop() };
   },
 });

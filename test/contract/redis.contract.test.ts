@@ -6,6 +6,7 @@ runLockContract({
   name: 'redis',
   async start() {
     const redis = await startRedisServer();
-    return { newClient: () => createBackend({ type: 'redis', url: redis.url }), stop: () => redis.stop() };
+    const backend = { type: 'redis', url: redis.url } as const;
+    return { newClient: () => createBackend(backend), processBackend: backend, stop: () => redis.stop() };
   },
 });

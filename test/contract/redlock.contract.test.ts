@@ -9,6 +9,7 @@ runLockContract({
   fifo: false,
   async start() {
     const masters = await RedisMasters.start(3);
-    return { newClient: () => createBackend({ type: 'redlock', urls: masters.urls }), stop: () => masters.stop() };
+    const backend = { type: 'redlock', urls: masters.urls } as const;
+    return { newClient: () => createBackend(backend), processBackend: backend, stop: () => masters.stop() };
   },
 });

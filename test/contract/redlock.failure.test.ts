@@ -17,7 +17,12 @@ runFailureContract({
     const distinct = (addresses: string[]) => addresses.find((address) => addresses.every((other) => other === address || !other.includes(address)))!;
     const proxied = proxies.map((proxy) => proxy.address);
     return {
-      direct: { backend: { type: 'redlock', urls: masters.urls }, address: distinct(masters.addresses) },
+      direct: {
+        backend: { type: 'redlock', urls: masters.urls },
+        address: distinct(masters.addresses),
+        // A majority (2 of 3) must be down for a call to fail: while they restart, it names those.
+        servers: { addresses: masters.addresses, unreachableAtLeast: masters.masters.length - Math.floor(masters.masters.length / 2) },
+      },
       proxied: { backend: { type: 'redlock', urls: proxied.map((address) => `redis://${address}`) }, address: distinct(proxied) },
       faults: everyMaster(masters, proxies),
       async stop() {

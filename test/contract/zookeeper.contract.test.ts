@@ -8,6 +8,7 @@ runLockContract({
     const zookeeper = await startZooKeeperServer();
     return {
       newClient: async () => createZooKeeperBackend({ type: 'zookeeper', connectionString: zookeeper.connectionString, sessionTimeoutMs: 10_000 }),
+      processBackend: { type: 'zookeeper', connectionString: zookeeper.connectionString, sessionTimeoutMs: 10_000 },
       stop: () => zookeeper.stop(),
     };
   },

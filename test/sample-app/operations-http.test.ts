@@ -2,6 +2,9 @@ import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { LockService } from '../../lib';
+import { startRedisServer } from '../../servers/redis-server';
+import { HolderProcess } from '../support/holder-process';
+import { eventually } from '../support/timing';
 import { startInventoryApp } from './inventory-app';
 
 /** One sample's value from Prometheus text, 0 when absent. */
@@ -10,7 +13,7 @@ function sample(text: string, series: string): number {
   return line === undefined ? 0 : Number(line.slice(series.length + 1));
 }
 
-describe('the sample app over HTTP: GET /health and GET /metrics', () => {
+describe('the sample app over HTTP: GET /health, GET /metrics and GET /locks/:name', () => {
   it('GET /health answers 200 with the lock backend up and its round trip', async () => {
     const inventory = await startInventoryApp();
     try {
@@ -57,6 +60,58 @@ describe('the sample app over HTTP: GET /health and GET /metrics', () => {
       assert.doesNotMatch(after, /pear/, 'a lock name must never be a label');
     } finally {
       await inventory.close();
+    }
+  });
+
+  it('GET /locks/:name shows the holder with its token as a string, and the callers waiting', async () => {
+    const inventory = await startInventoryApp();
+    const locks = inventory.app.get(LockService);
+    const view = async () => {
+      const response = await inventory.call('GET', '/locks/stock:pear');
+      assert.equal(response.status, 200);
+      return (await response.json()) as { name: string; held: boolean; holder?: { owner: string; fencingToken: string; heldForMs?: number; expiresInMs?: number }; waiting: number };
+    };
+    try {
+      assert.deepEqual(await view(), { name: 'stock:pear', held: false, waiting: 0 });
+      const held = await locks.acquire('stock:pear');
+      const waiter = locks.acquire('stock:pear', { waitTimeoutMs: 10_000 });
+      const body = await view();
+      assert.equal(body.held, true);
+      assert.equal(body.holder?.fencingToken, held.fencingToken.toString());
+      assert.equal(typeof body.holder?.owner, 'string');
+      assert.equal(typeof body.holder?.heldForMs, 'number');
+      assert.equal(body.waiting, 1);
+      await held.release();
+      const next = await waiter;
+      assert.equal((await view()).holder?.fencingToken, next.fencingToken.toString());
+      await next.release();
+      assert.equal((await view()).held, false);
+      assert.equal((await inventory.call('POST', '/locks/stock:pear')).status, 404, 'the sample app must not expose forceRelease');
+    } finally {
+      await inventory.close();
+    }
+  });
+
+  it("GET /locks/:name shows another process's lock, from the Redis server", async () => {
+    const redis = await startRedisServer();
+    const backend = { type: 'redis', url: redis.url } as const;
+    const inventory = await startInventoryApp({ backend });
+    const holder = await HolderProcess.withModule({ backend });
+    try {
+      const token = await holder.acquire('stock:plum');
+      const response = await inventory.call('GET', '/locks/stock:plum');
+      assert.equal(response.status, 200);
+      const body = (await response.json()) as { held: boolean; holder?: { fencingToken: string; expiresInMs?: number }; waiting: number };
+      assert.equal(body.held, true);
+      assert.equal(body.holder?.fencingToken, token.toString());
+      assert.equal(typeof body.holder?.expiresInMs, 'number');
+      assert.equal(body.waiting, 0);
+      await holder.release();
+      await eventually(async () => !((await (await inventory.call('GET', '/locks/stock:plum')).json()) as { held: boolean }).held, 5_000, 'the lock free');
+    } finally {
+      await holder.stop();
+      await inventory.close();
+      await redis.stop();
     }
   });
 });

@@ -106,6 +106,13 @@ export class HolderProcess {
     return this.events.slice(from).filter((event): event is Extract<HolderEvent, { type: T }> => event.type === type);
   }
 
+  /** Releases the lock the child took with acquire(). */
+  async release(): Promise<void> {
+    const from = this.events.length;
+    this.child.send({ type: 'release' } satisfies HolderCommand);
+    await this.next('released', 30_000, from);
+  }
+
   /** A fenced stock write from the child; resolves with the child's error name, if any. */
   async write(sku: string, record: { stock: number; lucky: number }): Promise<string | undefined> {
     const seen = this.events.length;

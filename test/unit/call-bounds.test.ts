@@ -88,6 +88,22 @@ describe('every call ends by its bound, whatever the backend does', () => {
     }
   });
 
+  it('inspect and forceRelease on a server that never answers end at serverTimeoutMs, naming the unreachable server', async () => {
+    const service = lockServiceOver(silentServer({ inspect: never, forceRelease: never }), { serverTimeoutMs: 250 });
+    const calls: Array<[string, () => Promise<unknown>]> = [
+      ['inspect', () => service.inspect('silent')],
+      ['forceRelease', () => service.forceRelease('silent')],
+    ];
+    for (const [what, call] of calls) {
+      const { ms, outcome } = await timed(call());
+      console.log(`${what} ended after ${ms} ms; bound 250 + 100`);
+      const error = rejection(outcome);
+      assert.ok(error instanceof LockServerUnreachableError, `${what}: got ${String(error)}`);
+      assert.match(error.message, /127\.0\.0\.1:6399/);
+      assert.ok(ms >= 240 && ms < 350, `${what} ended after ${ms} ms`);
+    }
+  });
+
   it('a release that never answers does not keep the caller past serverTimeoutMs', async () => {
     const service = lockServiceOver(silentServer({ release: never }), { serverTimeoutMs: 200 });
     const lock = await service.acquire('stuck-release');

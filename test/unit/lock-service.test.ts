@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { currentLock, DistributedLockError, LockKeyError, LockLostError, LockTimeoutError, MemoryLockBackend, MemoryLockStore, WithLock, type LockGrant } from '../../lib';
+import { currentLock, DistributedLockError, LockConfigError, LockKeyError, LockLostError, LockTimeoutError, MemoryLockBackend, MemoryLockStore, WithLock, type LockGrant } from '../../lib';
 import { countingBackend } from '../support/counting-backend';
 import { lockServiceOver } from '../support/lock-service-factory';
 import { overriddenBackend } from '../support/overridden-backend';
@@ -112,6 +112,14 @@ describe('LockService and its leases', () => {
       child = sleep(50).then(() => currentLock()?.key);
     });
     assert.equal(await child, undefined, 'a child still saw the released lock as current');
+  });
+
+  it('inspect and forceRelease on a custom backend without them: LockConfigError naming the method, before any I/O', async () => {
+    const { backend, calls } = countingBackend(overriddenBackend(() => ({ inspect: undefined, forceRelease: undefined })));
+    const service = lockServiceOver(backend);
+    await assert.rejects(service.inspect('stock:42'), (error: unknown) => error instanceof LockConfigError && error.option === 'backend' && /inspect\(\)/.test(error.message));
+    await assert.rejects(service.forceRelease('stock:42'), (error: unknown) => error instanceof LockConfigError && /forceRelease\(\)/.test(error.message));
+    assert.deepEqual(calls, { acquire: 0, tryAcquire: 0, renew: 0, release: 0, inspect: 0, forceRelease: 0 });
   });
 
   it('names a static method Class.method in key errors', async () => {

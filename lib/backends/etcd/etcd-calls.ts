@@ -1,5 +1,6 @@
 import type { Etcd3, ITxnRequest, ITxnResponse } from 'etcd3';
 import { LockBackendError, LockServerUnreachableError } from '../../errors';
+import { explainTlsError, moreTellingTlsError } from '../tls-errors';
 
 /**
  * Requests of one backend at etcd at once. A burst of a thousand acquisitions of distinct names
@@ -7,6 +8,8 @@ import { LockBackendError, LockServerUnreachableError } from '../../errors';
  * every other call (measured: 77 of 1000 failed); queued here, they go through in turn.
  */
 export const MAX_IN_FLIGHT = 64;
+
+const TLS_OPTIONS = { trust: 'backend.credentials.rootCertificate', clientCertificate: 'backend.credentials.certChain and backend.credentials.privateKey' };
 
 /** etcd3's errors that mean the server could not be reached, or did not answer in time. */
 function isTransportError(error: unknown): boolean {
@@ -37,6 +40,8 @@ export class EtcdCalls {
     private readonly attemptTimeoutMs: number,
     /** For a user's client, which has no per-attempt deadlines of ours: each call's own. */
     private readonly callTimeoutMs: number | undefined,
+    /** https hosts or TLS credentials: a failed handshake is explained (explainTlsError). */
+    private readonly usesTls = false,
   ) {}
 
   /**
@@ -62,7 +67,18 @@ export class EtcdCalls {
 
   /** A call or keepalive failed: remembered when it says the server cannot be reached. */
   failed(error: unknown): void {
-    if (isTransportError(error)) this.lastFailure = error as Error;
+    if (isTransportError(error)) this.lastFailure = this.explained(error as Error);
+  }
+
+  /**
+   * gRPC reports a refused handshake inside its "No connection established" (a reset there came
+   * before any answer): say what it means. Until etcd answers again, a TLS failure stays the
+   * reason over gRPC's later retellings, which may have lost it ("Last error: null").
+   */
+  private explained(error: Error): Error {
+    if (!this.usesTls) return error;
+    const explained = explainTlsError(error, TLS_OPTIONS, /No connection established/.test(error.message));
+    return moreTellingTlsError(this.lastFailure, explained, true);
   }
 
   /** Counts `call` as a call at etcd for `unreachable()`, until it settles. */
@@ -77,7 +93,12 @@ export class EtcdCalls {
    * it fails at once rather than queueing behind a dead server. (Not on waiting alone: a burst
    * waits its turn while etcd answers.)
    */
-  async txn(operation: string, request: ITxnRequest): Promise<ITxnResponse> {
+  txn(operation: string, request: ITxnRequest): Promise<ITxnResponse> {
+    return this.call(operation, (options) => this.client.kv.txn(request, options));
+  }
+
+  /** Any other unary call (`send` given the call's options), bounded and wrapped as txn() is. */
+  async call<T>(operation: string, send: (options: { deadline: number } | undefined) => Promise<T>): Promise<T> {
     const startedAt = performance.now();
     if (this.inFlight < MAX_IN_FLIGHT) this.inFlight++;
     else {
@@ -93,7 +114,7 @@ export class EtcdCalls {
     this.pending.set(id, performance.now());
     try {
       const options = this.callTimeoutMs === undefined ? undefined : { deadline: Date.now() + this.callTimeoutMs };
-      const response = await this.client.kv.txn(request, options);
+      const response = await send(options);
       this.reached();
       return response;
     } catch (error) {
@@ -101,6 +122,23 @@ export class EtcdCalls {
     } finally {
       this.pending.delete(id);
       this.releaseSlot();
+    }
+  }
+
+  /**
+   * One cheap round trip, for health checks: a member's status (it needs no permission on any
+   * key, so an RBAC user limited to the lock prefix may ask), refused when the member knows of no
+   * leader, since no lock can then be taken.
+   */
+  async ping(): Promise<void> {
+    const startedAt = performance.now();
+    try {
+      const options = this.callTimeoutMs === undefined ? undefined : { deadline: Date.now() + this.callTimeoutMs };
+      const status = await this.track(this.client.maintenance.status(options));
+      this.reached();
+      if (status.leader === '0') throw new LockBackendError('etcd', 'answer a status request', new Error('the member answered, but it has no leader'), this.address);
+    } catch (error) {
+      throw this.wrap('answer a status request', error, startedAt);
     }
   }
 
@@ -114,7 +152,7 @@ export class EtcdCalls {
   wrap(operation: string, error: unknown, startedAt: number): LockBackendError {
     if (error instanceof LockBackendError) return error;
     this.failed(error);
-    if (isTransportError(error)) return new LockServerUnreachableError('etcd', operation, this.address, Math.round(performance.now() - startedAt), error);
+    if (isTransportError(error)) return new LockServerUnreachableError('etcd', operation, this.address, Math.round(performance.now() - startedAt), this.explained(error as Error));
     return new LockBackendError('etcd', operation, error, this.address);
   }
 }

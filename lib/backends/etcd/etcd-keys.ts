@@ -17,12 +17,13 @@ export interface LockKeys {
 }
 
 export function lockKeys(name: string, leaseId: string, owner: string): LockKeys {
-  const prefix = `${name.replace(/[%/]/g, (c) => (c === '%' ? '%25' : '%2F'))}/`;
-  const start = Buffer.from(prefix);
-  return {
-    start,
-    // The prefix ends in '/', so bumping that last byte gives the first key past the range.
-    end: Buffer.concat([start.subarray(0, -1), Buffer.from([start[start.length - 1] + 1])]),
-    own: Buffer.from(`${prefix}${BigInt(leaseId).toString(16)}/${owner}`),
-  };
+  const { start, end } = contenderRange(name);
+  return { start, end, own: Buffer.concat([start, Buffer.from(`${BigInt(leaseId).toString(16)}/${owner}`)]) };
+}
+
+/** The range of every contender of a lock name (see LockKeys.start and end). */
+export function contenderRange(name: string): Pick<LockKeys, 'start' | 'end'> {
+  const start = Buffer.from(`${name.replace(/[%/]/g, (c) => (c === '%' ? '%25' : '%2F'))}/`);
+  // The prefix ends in '/', so bumping that last byte gives the first key past the range.
+  return { start, end: Buffer.concat([start.subarray(0, -1), Buffer.from([start[start.length - 1] + 1])]) };
 }

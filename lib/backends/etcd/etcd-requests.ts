@@ -100,13 +100,31 @@ export function keyStillTxn(kv: IKeyValue): ITxnRequest {
   };
 }
 
-/** Renewal check: our key with the create revision we were granted. */
-export function ownKeyTxn(keys: LockKeys, revision: bigint): ITxnRequest {
+/** A held lock's key, and the create revision it was granted with. */
+export interface OwnKey {
+  readonly key: Buffer;
+  readonly revision: bigint;
+}
+
+/**
+ * Renewal check of many held locks in one read-only transaction: every key still with the create
+ * revision it was granted? If not, the failure branch reads each key (keys_only still returns its
+ * create revision), so one round trip tells which are gone (ownKeysStill). Those ranges also make
+ * etcd serve it linearizably (see linearizable): etcd decides that from the ops of both branches,
+ * not from the branch that runs.
+ */
+export function ownKeysTxn(owned: readonly OwnKey[]): ITxnRequest {
   return {
-    compare: [{ key: keys.own, target: 'Create', result: 'Equal', create_revision: revision.toString() }],
-    success: [linearizable(keys.own)],
-    failure: [],
+    compare: owned.map(({ key, revision }) => ({ key, target: 'Create', result: 'Equal', create_revision: revision.toString() }) as const),
+    success: [],
+    failure: owned.map(({ key }) => ({ request_range: { key, keys_only: true } })),
   };
+}
+
+/** Per key of an ownKeysTxn, in order: still there with the create revision it was granted. */
+export function ownKeysStill(response: ITxnResponse, owned: readonly OwnKey[]): boolean[] {
+  if (response.succeeded) return owned.map(() => true);
+  return owned.map(({ revision }, i) => rangeKvs(response, i).some((kv) => createRevision(kv) === revision));
 }
 
 export function rangeKvs(response: ITxnResponse, index: number): IKeyValue[] {

@@ -3,17 +3,19 @@ import { LockBackendError, LockServerUnreachableError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import { BackendLifecycle } from '../backend-lifecycle';
-import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
+import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import type { BatchEntries } from '../local-queue/local-queues';
 import { LocalQueues } from '../local-queue/local-queues';
 import { EtcdAcquisition, watchSafetyNetMs } from './etcd-acquisition';
 import { EtcdCalls } from './etcd-calls';
 import { ATTEMPTS, createEtcdClient, suppliedClientAddress } from './etcd-client';
+import { EtcdInspector } from './etcd-inspect';
 import { EtcdKeyDeletes, LATE_PUT_MS } from './etcd-key-deletes';
 import { lockKeys } from './etcd-keys';
 import { EtcdBatch } from './etcd-batch';
 import { DEFAULT_ETCD_HOSTS, etcdAddress, sessionTtlSeconds, validateEtcdOptions, type EtcdBackendOptions } from './etcd-options';
-import { ownKeyTxn, recheckTxn, rangeKvs, tryTakeTxn } from './etcd-requests';
+import { EtcdRenewals } from './etcd-renewals';
+import { recheckTxn, rangeKvs, tryTakeTxn } from './etcd-requests';
 import { SessionRanOut, type EtcdSession } from './etcd-session';
 import { EtcdSessions } from './etcd-sessions';
 import { LocalFollowers } from './local-followers';
@@ -33,6 +35,8 @@ export interface EtcdBackendConfig {
   readonly attemptTimeoutMs: number;
   /** False for a user-supplied client: it is never closed here, and gets a deadline per call. */
   readonly ownsClient: boolean;
+  /** https hosts or TLS credentials: errors of a failed handshake say so. Default false. */
+  readonly usesTls?: boolean;
 }
 
 /**
@@ -62,6 +66,8 @@ export class EtcdLockBackend implements LockBackend, BatchEntries<EtcdBatch> {
   private readonly deletes: EtcdKeyDeletes;
   private readonly localFollowers: LocalFollowers;
   private readonly safetyNetMs: number;
+  private readonly inspector: EtcdInspector;
+  private readonly renewals = new EtcdRenewals((session, operation, request) => this.txn(session, operation, request));
 
   constructor(
     private readonly client: Etcd3,
@@ -69,7 +75,7 @@ export class EtcdLockBackend implements LockBackend, BatchEntries<EtcdBatch> {
   ) {
     this.address = config.address;
     const callTimeoutMs = config.ownsClient ? undefined : config.serverTimeoutMs;
-    this.calls = new EtcdCalls(client, config.address, config.attemptTimeoutMs, callTimeoutMs);
+    this.calls = new EtcdCalls(client, config.address, config.attemptTimeoutMs, callTimeoutMs, config.usesTls);
     this.localFollowers = new LocalFollowers(LATE_PUT_MS);
     this.deletes = new EtcdKeyDeletes(
       (session, operation, request) => this.txn(session, operation, request),
@@ -78,12 +84,19 @@ export class EtcdLockBackend implements LockBackend, BatchEntries<EtcdBatch> {
       () => this.waiting.size > 0,
     );
     this.safetyNetMs = watchSafetyNetMs(config.sessionTtlSeconds);
+    this.inspector = new EtcdInspector(client, this.calls);
     this.sessions = new EtcdSessions(client, config.sessionTtlSeconds, this.calls, config.serverTimeoutMs, callTimeoutMs, this.onSessionLost);
   }
 
   /** A transport failure or a call unanswered too long (EtcdCalls), or no session yet. */
   unreachable(): Error | undefined {
     return this.calls.unreachable() ?? this.sessions.missing();
+  }
+
+  /** A member's status (EtcdCalls.ping), each attempt bounded as every call is. */
+  async ping(): Promise<void> {
+    this.lifecycle.assertOpen();
+    await this.calls.ping();
   }
 
   /**
@@ -131,17 +144,31 @@ export class EtcdLockBackend implements LockBackend, BatchEntries<EtcdBatch> {
   /**
    * The session keepalive keeps the key itself alive; renewing checks that the key is still ours
    * (same create revision) and the session alive, so the service can extend its local deadline.
+   * Checks due in the same tick share one transaction (EtcdRenewals).
    */
   async renew(grant: LockGrant): Promise<boolean> {
     const held = this.heldFor(grant);
     if (!held) return false;
     const { batch } = held;
-    if (!batch.session!.alive) return false;
-    const response = await this.txn(batch.session!, 'renew a lock', ownKeyTxn(batch.keys!, batch.entryToken!));
-    if (response.succeeded && batch.session!.alive) return true;
+    const session = batch.session!;
+    if (!session.alive) return false;
+    const stillOurs = await this.renewals.stillOurs(session, { key: batch.keys!.own, revision: batch.entryToken! });
+    if (stillOurs && session.alive) return true;
     this.held.delete(grant.owner);
-    if (!response.succeeded) this.queues.end(batch, this.keyGone('renew a lock'));
+    if (!stillOurs) this.keyDeleted(batch, grant);
     return false;
+  }
+
+  /** The queue under the name, read from etcd (EtcdInspector). */
+  async inspect(key: string): Promise<LockInspection> {
+    this.lifecycle.assertOpen();
+    return this.inspector.inspect(key);
+  }
+
+  /** Deletes the holder's key, whoever holds it (EtcdInspector). */
+  async forceRelease(key: string): Promise<boolean> {
+    this.lifecycle.assertOpen();
+    return this.inspector.forceRelease(key);
   }
 
   /**
@@ -260,6 +287,17 @@ export class EtcdLockBackend implements LockBackend, BatchEntries<EtcdBatch> {
     return grant;
   }
 
+  /**
+   * A renewal found the batch's key deleted by someone else (an operator's forceRelease): a
+   * batch of this process following that key looks again, and the callers still waiting in the
+   * batch queue anew, at the back, as long as the holder told is the batch's current one.
+   */
+  private keyDeleted(batch: EtcdBatch, grant: LockGrant): void {
+    this.localFollowers.gone(batch.keys!.own, this.waiting.size > 0);
+    if (batch.holder === grant.owner) this.queues.requeue(batch);
+    else this.queues.end(batch, this.keyGone('renew a lock'));
+  }
+
   /** Every lock and wait on a lost session ends now; the next session is being opened. */
   private readonly onSessionLost = (session: EtcdSession, reason: Error): void => {
     this.sessions.lost(session);
@@ -320,5 +358,6 @@ export function createEtcdBackend(options: EtcdBackendOptions, settings: Backend
   const config = { sessionTtlSeconds: ttlSeconds, serverTimeoutMs: settings.serverTimeoutMs, attemptTimeoutMs };
   if (options.client) return new EtcdLockBackend(options.client as unknown as Etcd3, { ...config, address: suppliedClientAddress(options.client), ownsClient: false });
   const hosts = options.hosts ?? DEFAULT_ETCD_HOSTS;
-  return new EtcdLockBackend(createEtcdClient(options, hosts, attemptTimeoutMs), { ...config, address: etcdAddress(hosts), ownsClient: true });
+  const usesTls = options.credentials !== undefined || [hosts].flat().some((host) => host.startsWith('https://'));
+  return new EtcdLockBackend(createEtcdClient(options, hosts, attemptTimeoutMs), { ...config, address: etcdAddress(hosts), ownsClient: true, usesTls });
 }

@@ -85,6 +85,12 @@ export class Batch {
     return batchToken(this.entryToken!, this.served++);
   }
 
+  /** The entry is gone and the batch puts a new one: turns count from 0 again under it. */
+  newEntry(): void {
+    this.entryToken = undefined;
+    this.served = 0n;
+  }
+
   /** Ends every wait still pending with `error`. */
   rejectAll(error: unknown): void {
     for (const caller of this.callers.splice(0)) caller.wait.reject(error);

@@ -175,6 +175,7 @@ export class LocalQueues<B extends Batch> {
     if (batch.state !== 'holding') return;
     batch.holder = undefined;
     if (!batch.hasCallers || !this.isOpen()) return this.end(batch);
+    batch.newEntry();
     batch.state = 'sending';
     this.entries.send(batch);
   }

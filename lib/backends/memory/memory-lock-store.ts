@@ -1,3 +1,5 @@
+import type { LockInspection } from '../lock-backend.interface';
+
 /**
  * The "server" of the in-memory backend: lock state shared by every MemoryLockBackend client
  * created over it. Same semantics as the distributed backends: FIFO queue with direct handoff
@@ -24,6 +26,9 @@ interface Holder {
   readonly grant: MemoryGrant;
   readonly lost: AbortController;
   expiry: NodeJS.Timeout;
+  /** performance.now() of the grant, and of the lease's end as last set: what inspect reports. */
+  readonly grantedAt: number;
+  expiresAt: number;
 }
 
 interface KeyState {
@@ -59,6 +64,7 @@ export class MemoryLockStore {
     if (holder?.grant.owner !== owner) return false;
     clearTimeout(holder.expiry);
     holder.expiry = this.expireAfter(key, owner, ttlMs);
+    holder.expiresAt = performance.now() + ttlMs;
     return true;
   }
 
@@ -77,6 +83,29 @@ export class MemoryLockStore {
     if (state?.holder.grant.owner !== owner) return;
     state.holder.lost.abort(reason);
     this.release(key, owner);
+  }
+
+  /** The holder and the waiters that have not given up (every caller: this backend has no batches). */
+  inspect(key: string): LockInspection {
+    const state = this.states.get(key);
+    if (!state) return { held: false, waiting: 0 };
+    const { grant, grantedAt, expiresAt } = state.holder;
+    const now = performance.now();
+    let waiting = 0;
+    for (let i = state.head; i < state.queue.length; i++) if (!state.queue[i].cancelled) waiting++;
+    return { held: true, holder: { owner: grant.owner, fencingToken: grant.fencingToken, heldForMs: now - grantedAt, expiresInMs: Math.max(0, expiresAt - now) }, waiting };
+  }
+
+  /**
+   * Whoever holds `key` stops holding it and the next waiter is granted; the holder is not told
+   * (as with a server, it learns at its next renewal). False when the key was free.
+   */
+  forceRelease(key: string): boolean {
+    const state = this.states.get(key);
+    if (!state) return false;
+    clearTimeout(state.holder.expiry);
+    this.handOff(key, state);
+    return true;
   }
 
   /** Hands the lock to the next waiter that has not given up, or frees the key. */
@@ -103,10 +132,13 @@ export class MemoryLockStore {
   private grant(key: string, owner: string, ttlMs: number): Holder {
     const fencingToken = ++this.lastFence;
     const lost = new AbortController();
+    const grantedAt = performance.now();
     return {
       grant: { key, owner, fencingToken, lost: lost.signal },
       lost,
       expiry: this.expireAfter(key, owner, ttlMs),
+      grantedAt,
+      expiresAt: grantedAt + ttlMs,
     };
   }
 

@@ -1,4 +1,4 @@
-import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
+import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import { BackendLifecycle } from '../backend-lifecycle';
 import { PendingWait } from '../pending-wait';
 import { MemoryLockStore, type MemoryWaiter } from './memory-lock-store';
@@ -51,6 +51,16 @@ export class MemoryLockBackend implements LockBackend {
   /** In process: only closed is unhealthy. */
   async ping(): Promise<void> {
     this.lifecycle.assertOpen();
+  }
+
+  async inspect(key: string): Promise<LockInspection> {
+    this.lifecycle.assertOpen();
+    return this.store.inspect(key);
+  }
+
+  async forceRelease(key: string): Promise<boolean> {
+    this.lifecycle.assertOpen();
+    return this.store.forceRelease(key);
   }
 
   async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {

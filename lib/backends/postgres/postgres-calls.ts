@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { LockBackendError, LockServerUnreachableError } from '../../errors';
 import type { PgPoolLike } from './postgres-options';
 
@@ -22,6 +23,13 @@ export function isTransportError(error: unknown): boolean {
   return (typeof code === 'string' && TRANSPORT_CODES.test(code)) || TRANSPORT_MESSAGES.test(error.message);
 }
 
+/**
+ * A named prepared statement the connection does not have (26000), or has from someone else
+ * (42P05): a pooler in transaction mode (PgBouncer before 1.21, or without
+ * max_prepared_statements) hands each statement to any server connection. Nothing ran.
+ */
+const PREPARED_STATEMENT_CODES = new Set(['26000', '42P05']);
+
 /** The schema is missing (createSchema: false, and the DDL was not run): say what to do. */
 const MISSING_SCHEMA = new Set(['42P01', '42883', '3F000']);
 
@@ -44,13 +52,23 @@ export class PostgresCalls {
   private lastFailure?: Error;
   private lastAnswerAt = performance.now();
 
+  /**
+   * The hot statements' names, by text: prepared once per connection, so the server parses and
+   * plans them once. Dropped for good (unnamed statements, as every other) the first time the
+   * server does not know a name: behind a pooler in transaction mode.
+   */
+  private preparedNames?: Map<string, string>;
+
   constructor(
     private readonly pool: PgPoolLike,
     readonly address: string,
     private readonly serverTimeoutMs: number,
     /** Runs before the first statement (creating the schema); a failure fails that statement, and the next one tries again. */
     private readonly prepare: () => Promise<void>,
-  ) {}
+    prepared: readonly string[] = [],
+  ) {
+    if (prepared.length > 0) this.preparedNames = new Map(prepared.map((text) => [text, `ndl_${createHash('sha1').update(text).digest('hex').slice(0, 20)}`]));
+  }
 
   /** The last statement failed to reach the server, or one is unanswered for long with no answer to anything meanwhile. */
   unreachable(): Error | undefined {
@@ -128,7 +146,15 @@ export class PostgresCalls {
       });
       const run = async () => {
         await this.prepare();
-        return (await this.pool.query(text, values)) as Rows<Row>;
+        const name = this.preparedNames?.get(text);
+        if (name === undefined) return (await this.pool.query(text, values)) as Rows<Row>;
+        try {
+          return (await this.pool.query({ name, text, values })) as Rows<Row>;
+        } catch (error) {
+          if (!PREPARED_STATEMENT_CODES.has((error as { code?: string }).code ?? '')) throw error;
+          this.preparedNames = undefined;
+          return (await this.pool.query(text, values)) as Rows<Row>;
+        }
       };
       return (await Promise.race([run(), timeout])).rows;
     } finally {

@@ -8,6 +8,8 @@ import { DEFAULT_NAMES } from './postgres-schema';
  */
 export interface PgPoolLike {
   query(text: string, values?: unknown[]): Promise<unknown>;
+  /** A named statement: prepared once per connection. */
+  query(config: { name: string; text: string; values?: unknown[] }): Promise<unknown>;
   connect(): Promise<unknown>;
   /** pg.Pool keeps the settings it was made with: the LISTEN connection is opened with them. */
   readonly options?: object;

@@ -40,14 +40,19 @@ export function schemaDdl(names: PostgresNames): string {
 
 CREATE SCHEMA IF NOT EXISTS "${names.schema}";
 
--- One row per held lock name: its holder (an entry of the queue below, or a caller that took it
--- outright), its fencing token and the end of its lease on the database's clock.
+-- One row per lock name: its holder (an entry of the queue below, or a caller that took it
+-- outright), its fencing token and the end of its lease on the database's clock. owner NULL: free,
+-- and nobody waits. contended: an entry was queued since the name was last free with nobody
+-- waiting (false: the queue of the name is empty). A release keeps the row: an update in place of
+-- columns no index covers (a HOT update, hence the room left in each page); rows free for a while
+-- are swept.
 CREATE TABLE IF NOT EXISTS ${n.locks} (
   name text PRIMARY KEY,
-  owner text NOT NULL,
+  owner text,
   fence bigint NOT NULL,
-  expires_at timestamptz NOT NULL
-);
+  expires_at timestamptz NOT NULL,
+  contended boolean NOT NULL DEFAULT false
+) WITH (fillfactor = 50);
 
 -- The waiters of each name, first come first served (seq). A waiter's process refreshes
 -- alive_until while it waits; one that stops (a dead process) is skipped.
@@ -96,6 +101,17 @@ DECLARE
   held ${n.locks}%ROWTYPE;
   t timestamptz;
 BEGIN
+  -- The name is free and nobody waits: one HOT update. (An entry is queued only under an owned
+  -- row, and a release frees the row only when nobody waits, so owner NULL says nobody does; the
+  -- row's own column is checked again after any wait for its lock.)
+  t := clock_timestamp();
+  UPDATE ${n.locks} SET owner = p_owner, fence = nextval(${n.fenceLiteral}), expires_at = t + ${ms('p_ttl_ms')}
+    WHERE name = p_name AND owner IS NULL RETURNING fence INTO granted_fence;
+  IF FOUND THEN
+    left_ms := p_ttl_ms;
+    server_ms := ${epochMs('t')};
+    RETURN;
+  END IF;
   LOOP
     SELECT * INTO held FROM ${n.locks} WHERE name = p_name FOR UPDATE;
     EXIT WHEN FOUND;
@@ -110,10 +126,10 @@ BEGIN
   END LOOP;
   t := clock_timestamp();
   server_ms := ${epochMs('t')};
-  IF held.expires_at <= t THEN
+  IF held.owner IS NULL OR held.expires_at <= t THEN
     IF ${n.grantNext}(p_name, t) IS NULL THEN
       DELETE FROM ${n.queue} WHERE name = p_name;
-      UPDATE ${n.locks} SET owner = p_owner, fence = nextval(${n.fenceLiteral}), expires_at = t + ${ms('p_ttl_ms')}
+      UPDATE ${n.locks} SET owner = p_owner, fence = nextval(${n.fenceLiteral}), expires_at = t + ${ms('p_ttl_ms')}, contended = false
         WHERE name = p_name RETURNING * INTO held;
     ELSE
       SELECT * INTO held FROM ${n.locks} WHERE name = p_name;
@@ -127,25 +143,32 @@ BEGIN
   UPDATE ${n.queue} SET alive_until = t + ${ms('p_alive_ms')} WHERE owner = p_owner AND name = p_name;
   IF NOT FOUND AND p_queue THEN
     INSERT INTO ${n.queue} (name, owner, channel, ttl_ms, alive_until) VALUES (p_name, p_owner, p_channel, p_ttl_ms, t + ${ms('p_alive_ms')});
+    -- The release's single UPDATE (which reads only this row) must now leave the hand-off to the function.
+    UPDATE ${n.locks} SET contended = true WHERE name = p_name AND NOT contended;
   END IF;
 END $$;
 
 -- Let go, owner-checked and idempotent: a holder hands the lock to the next live waiter in this
--- same statement (or frees the name when nobody waits); a waiter leaves the queue.
+-- same statement (or frees the name, keeping its row, when nobody waits); a waiter leaves the queue.
+-- (Not contended, the release statement frees the row itself and never calls this.)
+-- The name's row is locked whoever owns it, and its owner read after that lock: a waiter leaving
+-- while a release hands the lock to it waits for the hand-off and then lets go of the lock, where a
+-- check of the owner before the lock would see the old holder and strand the lock with the waiter.
 CREATE OR REPLACE FUNCTION ${n.release}(p_name text, p_owner text) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
+  current_owner text;
   handed_to text;
 BEGIN
-  PERFORM 1 FROM ${n.locks} WHERE name = p_name AND owner = p_owner FOR UPDATE;
-  IF NOT FOUND THEN
+  SELECT owner INTO current_owner FROM ${n.locks} WHERE name = p_name FOR UPDATE;
+  IF current_owner IS DISTINCT FROM p_owner THEN
     DELETE FROM ${n.queue} WHERE owner = p_owner AND name = p_name;
     RETURN NULL;
   END IF;
   handed_to := ${n.grantNext}(p_name, clock_timestamp());
   IF handed_to IS NULL THEN
     DELETE FROM ${n.queue} WHERE name = p_name;
-    DELETE FROM ${n.locks} WHERE name = p_name;
+    UPDATE ${n.locks} SET owner = NULL, expires_at = clock_timestamp(), contended = false WHERE name = p_name;
   END IF;
   RETURN handed_to;
 END $$;

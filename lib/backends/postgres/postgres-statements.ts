@@ -18,8 +18,18 @@ export interface CheckRow extends AcquireRow {
 export function statements(names: PostgresNames) {
   const n = sqlNames(names);
   return {
-    /** $1 name, $2 entry, $3 channel, $4 ttl ms, $5 alive ms, $6 queue when busy. */
-    acquire: `SELECT granted_fence::text, left_ms, server_ms FROM ${n.acquire}($1, $2, $3, $4, $5, $6)`,
+    /**
+     * $1 name, $2 entry, $3 channel, $4 ttl ms, $5 alive ms, $6 queue when busy. A free name's row
+     * is taken by a plain UPDATE (the common case, and cheaper than the function); otherwise, in
+     * the same statement, the function takes or queues. The UPDATE reads only the row's own
+     * columns, which PostgreSQL checks again after waiting for the row's lock.
+     */
+    acquire:
+      `WITH fast AS (UPDATE ${n.locks} SET owner = $2::text, fence = nextval(${n.fenceLiteral}), expires_at = clock_timestamp() + $4::integer * interval '1 millisecond' ` +
+      `WHERE name = $1::text AND owner IS NULL RETURNING fence, expires_at) ` +
+      `SELECT fence::text AS granted_fence, $4::integer::float8 AS left_ms, extract(epoch from expires_at) * 1000 - $4::integer AS server_ms FROM fast ` +
+      `UNION ALL SELECT a.granted_fence::text, a.left_ms, a.server_ms FROM ${n.acquire}($1::text, $2::text, $3::text, $4::integer, $5::integer, $6::boolean) a ` +
+      `WHERE NOT EXISTS (SELECT FROM fast)`,
     /**
      * The safety net for every waiting entry of the process at once: $1 names, $2 entries, $3 ttls,
      * $4 alive ms (arrays, sorted by name so that two processes lock rows in one order), $5 channel.
@@ -36,10 +46,24 @@ export function statements(names: PostgresNames) {
       `SELECT a.granted_fence::text, a.left_ms, a.server_ms ` +
       `FROM unnest($1::text[], $2::text[], $3::int[], $4::int[]) WITH ORDINALITY AS e(name, owner, ttl_ms, alive_ms, i) ` +
       `CROSS JOIN LATERAL ${n.acquire}(e.name, e.owner, $5, e.ttl_ms, e.alive_ms, true) a ORDER BY e.i`,
+    /**
+     * $1 name, $2 entry: frees the name when nobody queued for it (a plain UPDATE of its row:
+     * `contended` is set in the same transaction as any queuing, under the row's lock, so the
+     * UPDATE, which checks it again after waiting for that lock, never frees a name with a waiter);
+     * otherwise the function hands the lock on, or takes a waiter's entry out of the queue.
+     */
+    release:
+      `WITH fast AS (UPDATE ${n.locks} SET owner = NULL, expires_at = clock_timestamp() WHERE name = $1::text AND owner = $2::text AND NOT contended RETURNING 1) ` +
+      `SELECT NULL::text AS handed_to FROM fast UNION ALL SELECT ${n.release}($1::text, $2::text) WHERE NOT EXISTS (SELECT FROM fast)`,
     /** Hands each entry's lock on, or takes the entry out of the queue: $1 names, $2 entries (arrays, sorted by name). */
     releaseMany:
       `SELECT ${n.release}(e.name, e.owner) AS handed_to ` +
       `FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS e(name, owner, i) ORDER BY e.i`,
+    /**
+     * $1 ms: deletes the rows of names free (nobody holds, nobody waits) for that long. A release
+     * keeps its row for the next taker; this keeps the table from growing with every name ever used.
+     */
+    sweep: `DELETE FROM ${n.locks} WHERE owner IS NULL AND expires_at < clock_timestamp() - $1::integer * interval '1 millisecond'`,
     /** $1 name, $2 entry, $3 ttl ms, $4 fence: extends a lease that is still ours and still running. */
     renew:
       `UPDATE ${n.locks} SET expires_at = clock_timestamp() + $3 * interval '1 millisecond' ` +

@@ -5,7 +5,7 @@ import { LockBackendError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import { BackendLifecycle } from '../backend-lifecycle';
-import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
+import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import { loadPeer } from '../load-peer';
 import type { BatchEntries } from '../local-queue/local-queues';
 import { LocalQueues } from '../local-queue/local-queues';
@@ -14,6 +14,7 @@ import { PostgresBatch } from './postgres-batch';
 import { PostgresCalls } from './postgres-calls';
 import { StatementCoalescer } from './postgres-coalescer';
 import { PostgresListener } from './postgres-listener';
+import { PostgresInspector } from './postgres-inspect';
 import { namesOf, postgresAddress, validatePostgresOptions, type PostgresBackendOptions } from './postgres-options';
 import { schemaDdl } from './postgres-schema';
 import { PostgresSafetyNet } from './postgres-safety-net';
@@ -31,6 +32,8 @@ const LATE_GRANT_SHARE = 1 / 3;
  * Processes that start together would race in CREATE ... IF NOT EXISTS (a duplicate catalog row);
  * the schema is created in one implicit transaction, behind this lock.
  */
+/** Free rows older than this are deleted, this often, by each process (best effort: a failure waits for the next sweep). */
+const SWEEP_EVERY_MS = 60_000;
 const CREATE_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('nest-distributed-lock schema'));\n";
 
 interface HeldLock {
@@ -66,6 +69,8 @@ export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBa
   private readonly queueing: StatementCoalescer<PostgresBatch, AcquireRow>;
   private readonly releasing: StatementCoalescer<PostgresBatch, undefined>;
   private readonly startupWarning: NodeJS.Timeout;
+  private readonly inspector: PostgresInspector;
+  private readonly sweeper: NodeJS.Timeout;
 
   constructor(
     private readonly pool: Pool,
@@ -78,34 +83,43 @@ export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBa
     this.address = address;
     const names = namesOf(options);
     this.sql = statements(names);
-    this.calls = new PostgresCalls(pool, this.address, settings.serverTimeoutMs, options.createSchema === false ? async () => undefined : once(() => pool.query(CREATE_SCHEMA_LOCK + schemaDdl(names)).then(() => undefined)));
+    this.calls = new PostgresCalls(pool, this.address, settings.serverTimeoutMs, options.createSchema === false ? async () => undefined : once(() => pool.query(CREATE_SCHEMA_LOCK + schemaDdl(names)).then(() => undefined)), [
+      this.sql.acquire,
+      this.sql.release,
+      this.sql.renew,
+    ]);
+    this.inspector = new PostgresInspector(this.calls, names);
     this.queues = new LocalQueues<PostgresBatch>(
       this,
       (name, id) => new PostgresBatch(name, id, this.clientId),
       () => this.lifecycle.isOpen,
       () => this.lifecycle.closedWhileWaiting(),
+      // The callers of one tick share an entry; an uncontended acquisition waits for no loop turn.
+      (send) => process.nextTick(send),
     );
     this.safetyNet = new PostgresSafetyNet(this.calls, this.sql, `lock_${this.clientId}`, this.clock, () => this.waitingEntries(), {
       granted: (batch, fence, leaseEndsAfter) => this.granted(batch, fence, leaseEndsAfter - batch.ttlMs),
       left: (batch) => void this.letGo(batch),
     });
+    // A lone row goes as the plain function call: arrays and unnest cost the server more than the call itself.
     this.queueing = new StatementCoalescer((batches) =>
-      byName(batches, (sorted) =>
-        this.calls.query<AcquireRow>('queue for a lock', this.sql.queueMany, [
-          sorted.map((batch) => batch.name),
-          sorted.map((batch) => batch.entry),
-          sorted.map((batch) => batch.ttlMs),
-          sorted.map((batch) => batch.aliveMs),
-          this.listener.channel,
-        ]),
-      ),
+      batches.length === 1
+        ? this.calls.query<AcquireRow>('queue for a lock', this.sql.acquire, [batches[0].name, batches[0].entry, this.listener.channel, batches[0].ttlMs, batches[0].aliveMs, true])
+        : byName(batches, (sorted) =>
+            this.calls.query<AcquireRow>('queue for a lock', this.sql.queueMany, [
+              sorted.map((batch) => batch.name),
+              sorted.map((batch) => batch.entry),
+              sorted.map((batch) => batch.ttlMs),
+              sorted.map((batch) => batch.aliveMs),
+              this.listener.channel,
+            ]),
+          ),
     );
-    this.releasing = new StatementCoalescer((batches) =>
-      byName(batches, async (sorted) => {
-        await this.calls.query('release a lock', this.sql.releaseMany, [sorted.map((batch) => batch.name), sorted.map((batch) => batch.entry)]);
-        return sorted.map(() => undefined);
-      }),
-    );
+    this.releasing = new StatementCoalescer(async (batches) => {
+      if (batches.length === 1) await this.calls.query('release a lock', this.sql.release, [batches[0].name, batches[0].entry]);
+      else await byName(batches, (sorted) => this.calls.query('release a lock', this.sql.releaseMany, [sorted.map((batch) => batch.name), sorted.map((batch) => batch.entry)]));
+      return batches.map(() => undefined);
+    });
     const { Client } = loadPeer<typeof import('pg')>('pg', 'postgres');
     this.listener = new PostgresListener(Client, { ...listenConfig, keepAlive: true, connectionTimeoutMillis: settings.serverTimeoutMs }, `lock_${this.clientId}`, {
       notified: (payload) => this.notified(payload),
@@ -121,10 +135,27 @@ export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBa
       );
     }, settings.serverTimeoutMs);
     this.startupWarning.unref();
+    this.sweeper = setInterval(() => void this.calls.query('sweep free lock rows', this.sql.sweep, [SWEEP_EVERY_MS]).catch(() => undefined), SWEEP_EVERY_MS);
+    this.sweeper.unref();
   }
 
   unreachable(): Error | undefined {
     return this.calls.unreachable();
+  }
+
+  /** Asks the database, never this process's queues: see postgres-inspect.ts. */
+  inspect(key: string): Promise<LockInspection> {
+    return this.inspector.inspect(key);
+  }
+
+  forceRelease(key: string): Promise<boolean> {
+    return this.inspector.forceRelease(key);
+  }
+
+  /** `SELECT 1` on a pooled connection, bounded and retried as every statement is (PostgresCalls.query). */
+  async ping(): Promise<void> {
+    this.lifecycle.assertOpen();
+    await this.calls.query('answer a ping', 'SELECT 1', []);
   }
 
   /** Joins this process's batch for the name (LocalQueues); bounded by the request's signal. */
@@ -178,6 +209,7 @@ export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBa
   async close(): Promise<void> {
     if (!this.lifecycle.beginClose()) return;
     clearTimeout(this.startupWarning);
+    clearInterval(this.sweeper);
     this.queues.closeAll(this.lifecycle.closedWhileWaiting());
     this.closing.abort(this.lifecycle.closedWhileHeld());
     const releases = [...new Set([...this.held.values()].map((held) => held.batch))].map((batch) => this.letGo(batch));

@@ -1,10 +1,21 @@
 import { Logger } from '@nestjs/common';
+import { SameTickBatches } from '../same-tick-batches';
 import type { RedisConnections } from './redis-connection';
 import { lockKeys, type LockKeys } from './redis-keys';
-import { acquireScript, cancelScript, checkScript, releaseScript, renewScript } from './redis-lock-scripts';
+import { acquireScript, cancelScript, checkScript, releaseScript, renewManyScript, renewScript } from './redis-lock-scripts';
 import type { RedisScript } from './redis-script';
 
 const KEY_CACHE_SIZE = 10_000;
+
+/** Locks renewed by one script call at most: bounds how long one call blocks Redis. */
+const RENEWALS_PER_CALL = 500;
+
+/** A lease's periodic renewal, waiting to share a script call. */
+interface Renewal {
+  readonly key: string;
+  readonly value: string;
+  readonly ttlMs: number;
+}
 
 const logger = new Logger('DistributedLock');
 
@@ -26,19 +37,50 @@ export class RedisCommands {
   /** Key names per lock key, built once: apps lock a bounded set of names, and a cycle needs them twice. */
   private readonly keyCache = new Map<string, LockKeys>();
 
+  /**
+   * Renewals due in one tick, sent as one script call; undefined on a Cluster, whose names hash
+   * to different slots while a script may only touch one (there each lock renews on its own).
+   */
+  private readonly renewals?: SameTickBatches<Renewal, 0 | 1>;
+
   constructor(
     private readonly connections: RedisConnections,
     private readonly clientId: string,
-  ) {}
+  ) {
+    if ((connections.client as { isCluster?: boolean }).isCluster !== true) {
+      this.renewals = new SameTickBatches(RENEWALS_PER_CALL, (renewals) => this.renewMany(renewals));
+    }
+  }
 
   acquire(key: string, owner: string, ttlMs: number, staleAfterMs: number, mayQueue: boolean) {
     const args = [owner, ttlMs, this.clientId, staleAfterMs, key, mayQueue ? '1' : '0'];
     return this.run(acquireScript, mayQueue ? 'acquire' : 'try to acquire', key, args);
   }
 
-  /** 1 when the grant `value` ('<fence> <owner>') was still the owner and is extended, else 0. */
+  /**
+   * 1 when the grant `value` ('<fence> <owner>') was still the owner and is extended, else 0.
+   * A lease's periodic renewal (`verb` 'renew') may share a script call with others due in the
+   * same tick; a hand-over's waits on nobody.
+   */
   renew(key: string, value: string, ttlMs: number, verb = 'renew'): Promise<0 | 1> {
+    if (verb === 'renew' && this.renewals) return this.renewals.add({ key, value, ttlMs });
+    return this.renewOne(key, value, ttlMs, verb);
+  }
+
+  private renewOne(key: string, value: string, ttlMs: number, verb: string): Promise<0 | 1> {
     return this.run(renewScript, verb, key, [value, ttlMs], [this.keysOf(key).owner]);
+  }
+
+  /** A lone renewal as the single-lock script; more as one renewManyScript call. */
+  private async renewMany(renewals: readonly Renewal[]): Promise<(0 | 1)[]> {
+    if (renewals.length === 1) {
+      const [only] = renewals;
+      return [await this.renewOne(only.key, only.value, only.ttlMs, 'renew')];
+    }
+    const keys = renewals.map((renewal) => this.keysOf(renewal.key).owner);
+    const args = [...renewals.map((renewal) => renewal.value), ...renewals.map((renewal) => renewal.ttlMs)];
+    const renewed = await this.connections.send(renewManyScript.run(this.connections.client, keys, args), `renew ${renewals.length} locks`);
+    return renewed.map((one) => (one === 1 ? 1 : 0));
   }
 
   /**

@@ -1,7 +1,9 @@
 import { Logger } from '@nestjs/common';
 import { LockBackendError, LockServerUnreachableError } from '../../errors';
 import type { BackendSettings } from '../backend-definition';
+import { guardedConnector } from './guarded-connector';
 import { loadPeer } from '../load-peer';
+import { explainTlsError, moreTellingTlsError } from '../tls-errors';
 import { redisAddress } from './redis-address';
 import type { RedisBackendOptions, RedisClientLike } from './redis-options';
 
@@ -12,6 +14,8 @@ export interface RedisConnection extends RedisClientLike {
   disconnect(): void;
   /** ioredis' connection state: 'ready' once commands are answered. */
   readonly status?: string;
+  /** PING: ioredis' Redis and Cluster (a Cluster asks one of its nodes). */
+  ping(): Promise<unknown>;
 }
 
 const logger = new Logger('DistributedLock');
@@ -40,6 +44,10 @@ export class RedisConnections {
   subscribed = false;
   /** The last error a connection reported, kept as the cause of "unreachable". */
   private lastError?: Error;
+  /** The connections are TLS (rediss://, or a `tls` option): their errors get explainTlsError's wording. */
+  private readonly usesTls: boolean;
+  /** Our connections that got an answer (ready) since they last connected. */
+  private readonly answered = new Set<RedisConnection>();
   /** A command that went unanswered within serverTimeoutMs, until the next answer. */
   private stalled?: Error;
   /** Commands sent and not answered yet, and since when none of them has been answered. */
@@ -64,18 +72,22 @@ export class RedisConnections {
     this.serverTimeoutMs = settings.serverTimeoutMs;
     this.silenceMs = Math.min(settings.serverTimeoutMs / 4, 250);
     this.ownsClient = options.client === undefined;
+    this.usesTls = usesTls(options);
     if (options.client) {
       this.client = options.client as RedisConnection;
     } else {
       const { Redis } = loadPeer<typeof import('ioredis')>('ioredis', 'redis');
-      const clientOptions = { ...failFast(settings.serverTimeoutMs), ...(options.options as import('ioredis').RedisOptions | undefined) };
+      const userOptions = options.options as import('ioredis').RedisOptions | undefined;
+      // Not with Sentinel, whose connector ioredis picks itself (a Connector option would replace it).
+      const connector = userOptions?.sentinels ? undefined : guardedConnector();
+      const clientOptions = { ...failFast(settings.serverTimeoutMs), ...(connector ? { Connector: connector } : {}), ...userOptions } as import('ioredis').RedisOptions;
       this.client = (options.url ? new Redis(options.url, clientOptions) : new Redis(clientOptions)) as unknown as RedisConnection;
-      this.client.on('error', this.noteError);
+      this.watchErrors(this.client);
       this.client.on('ready', this.forgetError);
     }
     this.subscriber = this.client.duplicate() as RedisConnection;
     // Our own connection: its errors are kept for unreachable(), never left unhandled.
-    this.subscriber.on('error', this.noteError);
+    this.watchErrors(this.subscriber);
     this.subscriber.on('ready', () => {
       this.forgetError();
       if (this.subscribed) this.onResubscribed();
@@ -115,14 +127,14 @@ export class RedisConnections {
    * `command` (a promise of the command connection), tracked for unreachable() and bounded by
    * serverTimeoutMs: our own connection has ioredis' commandTimeout for that; a supplied
    * client's options are the user's, so its commands race a timer. A failure rejects with
-   * failure()'s error, for `${verb} "${key}"`.
+   * failure()'s error, for `${verb} "${key}"` (`verb` alone without a key).
    */
-  send<T>(command: Promise<T>, verb: string, key: string): Promise<T> {
+  send<T>(command: Promise<T>, verb: string, key?: string): Promise<T> {
     const sentAt = performance.now();
     if (this.pending++ === 0) this.silentSince = sentAt;
     const failed = (error: unknown): never => {
       this.pending--;
-      throw this.failure(`${verb} "${key}"`, error, sentAt);
+      throw this.failure(key === undefined ? verb : `${verb} "${key}"`, error, sentAt);
     };
     if (this.ownsClient) return command.then(this.onAnswer as (value: T) => T, failed);
     return new Promise<T>((resolve, reject) => {
@@ -231,9 +243,14 @@ export class RedisConnections {
     return value;
   };
 
-  private readonly noteError = (error: Error): void => {
-    this.lastError = error;
-  };
+  /** Keeps a connection's errors for unreachable(), a TLS failure in words that name the option to change. */
+  private watchErrors(connection: RedisConnection): void {
+    connection.on('ready', () => this.answered.add(connection));
+    connection.on('close', () => this.answered.delete(connection));
+    connection.on('error', (error: Error) => {
+      this.lastError = this.usesTls ? moreTellingTlsError(this.lastError, explainTlsError(error, TLS_OPTIONS, !this.answered.has(connection))) : error;
+    });
+  }
 
   /** A connection became ready: the server answered its handshake. */
   private readonly forgetError = (): void => {
@@ -242,15 +259,38 @@ export class RedisConnections {
   };
 }
 
+/** The longest pause between reconnection attempts, before jitter. */
+const RECONNECT_CAP_MS = 1_000;
+/** Random extra pause per attempt, so a fleet of clients does not reconnect in step. */
+const RECONNECT_JITTER_MS = 100;
+
+/**
+ * Pauses between reconnection attempts: 50 ms, doubling, up to a second. ioredis 6's own default
+ * grows to 5 s, which left a restarted server unused by the locks for up to 5 s; a lock library
+ * wants it back within a second, whatever the ioredis version.
+ */
+export function reconnectDelayMs(attempt: number): number {
+  return Math.min(50 * 2 ** Math.min(attempt - 1, 10), RECONNECT_CAP_MS) + Math.floor(Math.random() * RECONNECT_JITTER_MS);
+}
+
 /**
  * What our own connections are given unless `options` says otherwise: connecting and each
- * command take at most serverTimeoutMs, and a command is never sent again after a reconnection
+ * command take at most serverTimeoutMs, a command is never sent again after a reconnection
  * (`maxRetriesPerRequest: 0`: a script whose caller was already told it failed must not run
- * later). Commands made while reconnecting still wait in ioredis' offline queue, bounded by
- * commandTimeout, so a short blip is ridden out.
+ * later), and reconnection attempts come at most about a second apart. Commands made while
+ * reconnecting still wait in ioredis' offline queue, bounded by commandTimeout, so a short blip
+ * is ridden out.
  */
 function failFast(serverTimeoutMs: number): Record<string, unknown> {
-  return { connectTimeout: serverTimeoutMs, commandTimeout: serverTimeoutMs, maxRetriesPerRequest: 0 };
+  return { connectTimeout: serverTimeoutMs, commandTimeout: serverTimeoutMs, maxRetriesPerRequest: 0, retryStrategy: reconnectDelayMs };
+}
+
+const TLS_OPTIONS = { trust: 'backend.options.tls.ca', clientCertificate: 'backend.options.tls.cert and backend.options.tls.key' };
+
+/** rediss://, or ioredis' `tls` option (ours, or the supplied client's). */
+function usesTls(options: RedisBackendOptions): boolean {
+  const clientOptions = (options.client as { options?: { tls?: unknown } } | undefined)?.options ?? options.options;
+  return /^rediss:/i.test(options.url ?? '') || Boolean(clientOptions?.tls);
 }
 
 /** ioredis' wordings for a command lost with its connection. */

@@ -118,7 +118,7 @@ end
  * Every function, for scripts that may hand the lock on. Each script defines only what it may
  * use, after its common case: Lua makes a closure per function definition on every run.
  */
-const COMMON = QUEUING + HANDING;
+export const COMMON = QUEUING + HANDING;
 
 /** The acquire script's reply for an entry that queued: see acquireScript. */
 export type QueuedReply = [0, number, string, number];
@@ -172,6 +172,26 @@ export const renewScript = new RedisScript<0 | 1>(
   `if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('pexpire', KEYS[1], ARGV[2])
 return 1
+`,
+);
+
+/**
+ * renewScript for many locks at once (RedisCommands.renew). KEYS: the owner keys. ARGV: the values,
+ * then the ttls, in KEYS' order. Reply: 1 or 0 per key, as renewScript's.
+ */
+export const renewManyScript = new RedisScript<(0 | 1)[]>(
+  'renew many',
+  `local n = #KEYS
+local renewed = {}
+for i = 1, n do
+  if redis.call('get', KEYS[i]) == ARGV[i] then
+    redis.call('pexpire', KEYS[i], ARGV[n + i])
+    renewed[i] = 1
+  else
+    renewed[i] = 0
+  end
+end
+return renewed
 `,
 );
 

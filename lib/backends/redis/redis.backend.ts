@@ -4,7 +4,7 @@ import { LockBackendError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import { BackendLifecycle } from '../backend-lifecycle';
 import type { BackendSettings } from '../backend-definition';
-import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
+import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import { LocalQueues, type BatchEntries } from '../local-queue/local-queues';
 import { RedisBatch } from './redis-batch';
 import { BatchLeases, isLate } from './redis-batch-leases';
@@ -14,6 +14,7 @@ import { GRANT_CHANNEL_PREFIX, type QueuedReply } from './redis-lock-scripts';
 import { validateRedisOptions, type RedisBackendOptions } from './redis-options';
 import { ownerValue, RedisCommands } from './redis-commands';
 import { KeyWatches, type KeyWatch } from './redis-key-watches';
+import { forceReleaseRedisLock, inspectRedisLock } from './redis-inspect';
 
 /**
  * A holder hands the lock to the next caller of its batch at once only when its lease is known
@@ -89,6 +90,21 @@ export class RedisLockBackend implements LockBackend, BatchEntries<RedisBatch> {
 
   unreachable(): Error | undefined {
     return this.connections.unreachable();
+  }
+
+  /** Asks Redis, never this process's queues: see redis-inspect.ts. */
+  inspect(key: string): Promise<LockInspection> {
+    return inspectRedisLock(this.connections, key);
+  }
+
+  forceRelease(key: string): Promise<boolean> {
+    return forceReleaseRedisLock(this.connections, key);
+  }
+
+  /** PING on the command connection, bounded by serverTimeoutMs like every command (RedisConnections.send). */
+  async ping(): Promise<void> {
+    this.lifecycle.assertOpen();
+    await this.connections.send(this.connections.client.ping(), 'answer a PING');
   }
 
   /** Joins this process's batch for the name (LocalQueues), bounded by the request's signal. */

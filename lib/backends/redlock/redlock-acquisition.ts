@@ -1,11 +1,11 @@
 import type { LockServerUnreachableError } from '../../errors';
 import { deadlines, type Deadline } from '../../deadlines';
 import type { RedlockBatch } from './redlock-batch';
-import type { RedlockVotes } from './redlock-votes';
+import type { RedlockVotes, Won } from './redlock-votes';
 
 /** What the backend does with the outcome of a batch's wait. */
 export interface AcquisitionReport {
-  won(token: bigint, sentAt: number): void;
+  won(vote: Won): void;
   failed(error: LockServerUnreachableError): void;
 }
 
@@ -38,6 +38,8 @@ export class RedlockAcquisition {
   private unreachableSince?: number;
   /** Where this batch's process stands among the masters' waiters: its first vote's wall-clock time. */
   private arrivedAt = 0;
+  /** A vote went out before: masters that refused it list this process among their waiters. */
+  private votedBefore = false;
 
   constructor(
     private readonly votes: RedlockVotes,
@@ -75,11 +77,13 @@ export class RedlockAcquisition {
     this.wordDuringVote = false;
     const { name, id, ttlMs } = this.batch;
     const startedAt = performance.now();
-    const vote = await this.votes.vote(name, id, ttlMs, this.waiterId, this.timing.staleAfterMs, this.arrivedAt);
+    const listed = this.votedBefore;
+    this.votedBefore = true;
+    const vote = await this.votes.vote(name, id, ttlMs, this.waiterId, this.timing.staleAfterMs, this.arrivedAt, listed);
     this.voting = false;
     if (vote.won) {
       if (this.stopped) return this.votes.giveBack(name, id, this.waiterId);
-      return this.report.won(vote.token, vote.sentAt);
+      return this.report.won(vote);
     }
     if (this.stopped) return;
     if (vote.unreachable) {

@@ -1,5 +1,5 @@
 import { deadlines } from '../../deadlines';
-import { LockBackendError } from '../../errors';
+import { LockBackendError, LockServerUnreachableError } from '../../errors';
 import type { BackendSettings } from '../backend-definition';
 import { redisAddress } from '../redis/redis-address';
 import { RedisConnections } from '../redis/redis-connection';
@@ -128,6 +128,33 @@ export class RedlockMasters {
           () => settle(false),
         );
       }
+    });
+  }
+
+  /**
+   * PING on every master's command connection at once (each bounded as every request is):
+   * resolves once a majority answered, rejects as soon as too many failed for one to.
+   */
+  ping(): Promise<void> {
+    const startedAt = performance.now();
+    return new Promise((resolve, reject) => {
+      let answered = 0;
+      const failed: string[] = [];
+      let firstError: Error | undefined;
+      this.connections.forEach((connections, index) => {
+        connections.send(connections.client.ping(), 'answer a PING').then(
+          () => {
+            if (++answered === this.quorum) resolve();
+          },
+          (error: Error) => {
+            failed.push(this.addresses[index]);
+            firstError ??= error instanceof LockBackendError && error.cause instanceof Error ? error.cause : error;
+            if (failed.length === this.count - this.quorum + 1) {
+              reject(new LockServerUnreachableError('redlock', `answer a PING on a majority (${this.quorum} of ${this.count})`, failed.join(', '), Math.round(performance.now() - startedAt), firstError));
+            }
+          },
+        );
+      });
     });
   }
 

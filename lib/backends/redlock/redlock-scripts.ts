@@ -13,7 +13,7 @@ export function redlockKeys(key: string): string[] {
 }
 
 /** The server's time in ms, read only where needed: a lock taken and freed with nobody waiting costs the fewest calls. */
-const NOW = `local function now()
+export const NOW = `local function now()
   local clock = redis.call('TIME')
   return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 end`;
@@ -22,7 +22,7 @@ end`;
  * Tells the first live waiter of the name (stale ones are dropped on the way) that the lock was
  * freed here, unless that waiter is \`skip\` (a waiter giving back a split vote retries by itself).
  */
-const WAKE = `local function wake(skip)
+export const WAKE = `local function wake(skip)
   local heads = redis.call('ZRANGE', KEYS[3], 0, 9)
   if #heads == 0 then return end
   local time = now()
@@ -39,21 +39,26 @@ end`;
 /**
  * ARGV: entry id, ttl ms, waiter id ('' = do not queue), stale-after ms, the waiter's arrival
  * (ms, the waiting process's clock: every master then orders its waiters alike, and one release
- * wakes the same process on all of them).
+ * wakes the same process on all of them), '1' when the waiter may be listed here already (it
+ * voted before: a first vote skips taking itself off the waiters).
  * Free (or already ours): take it, count the fence up, leave the waiters; reply {1, fence}.
  * Held: join the waiters (keeping the place already held) and reply {0, fence, pttl}, so the
  * waiter knows when a crashed holder's key runs out.
+ * The common case (free, nobody waiting) comes first and costs two calls: SET NX, INCR.
  */
 export const acquireScript = new RedisScript<[0 | 1, number, number?]>(
   'redlock-acquire',
-  `${NOW}
-local current = redis.call('GET', KEYS[1])
-if current == false or current == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  `local won = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if not won and redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  won = true
+end
+if won then
   local fence = redis.call('INCR', KEYS[2])
-  if ARGV[3] ~= '' and redis.call('HDEL', KEYS[4], ARGV[3]) == 1 then redis.call('ZREM', KEYS[3], ARGV[3]) end
+  if ARGV[6] == '1' and redis.call('HDEL', KEYS[4], ARGV[3]) == 1 then redis.call('ZREM', KEYS[3], ARGV[3]) end
   return {1, fence}
 end
+${NOW}
 if ARGV[3] ~= '' then
   local staleAfter = tonumber(ARGV[4])
   redis.call('ZADD', KEYS[3], 'NX', ARGV[5], ARGV[3])
@@ -90,11 +95,11 @@ return 1`,
  */
 export const releaseScript = new RedisScript<0 | 1>(
   'redlock-release',
-  `${NOW}
-${WAKE}
-if ARGV[2] ~= '' and tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
+  `if ARGV[2] ~= '' and tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
+${NOW}
+${WAKE}
 wake(ARGV[3])
 return 1`,
 );

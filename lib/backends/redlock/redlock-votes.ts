@@ -46,24 +46,32 @@ export class RedlockVotes {
   /**
    * One attempt of `entry` (unique per server-side holder) on every master. `waiter`: this
    * process's waiter id, to join the waiters of masters that refuse ('' for a try-lock), in the
-   * order of `arrivedAt` (Date.now() of the entry's first vote).
+   * order of `arrivedAt` (Date.now() of the entry's first vote). `listed`: the waiter voted
+   * before, so masters may list it among their waiters; a won vote then takes it off.
    */
-  async vote(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number, arrivedAt = 0): Promise<Vote> {
+  vote(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number, arrivedAt = 0, listed = false): Promise<Vote> {
     const slot = this.slots.take();
-    const giveBack = typeof slot === 'function' ? slot : await slot;
-    try {
-      return await this.voteNow(key, entry, ttlMs, waiter, staleAfterMs, arrivedAt);
-    } finally {
-      giveBack();
-    }
+    const voteIn = (giveBack: () => void) =>
+      this.voteNow(key, entry, ttlMs, waiter, staleAfterMs, arrivedAt, listed).then(
+        (vote) => {
+          giveBack();
+          return vote;
+        },
+        (error: unknown) => {
+          giveBack();
+          throw error;
+        },
+      );
+    // A free slot (the common case) votes at once, without a promise layer for the slot.
+    return typeof slot === 'function' ? voteIn(slot) : slot.then(voteIn);
   }
 
-  private async voteNow(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number, arrivedAt: number): Promise<Vote> {
+  private async voteNow(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number, arrivedAt: number, listed: boolean): Promise<Vote> {
     const { quorum, count } = this.masters;
     const connecting = this.masters.ready();
     if (connecting) await connecting;
     const sentAt = performance.now();
-    const answers = await this.masters.round(acquireScript, key, [entry, ttlMs, waiter, staleAfterMs, arrivedAt], waiter ? 'acquire' : 'try to acquire', (so) => {
+    const answers = await this.masters.round(acquireScript, key, [entry, ttlMs, waiter, staleAfterMs, arrivedAt, listed ? '1' : '0'], waiter ? 'acquire' : 'try to acquire', (so) => {
       const [granted, refused] = tally(so);
       return granted >= quorum || refused > count - quorum;
     });
@@ -129,17 +137,23 @@ export class RedlockVotes {
   }
 
   /**
-   * Owner-checked release on every master, raising each fence to `token` on the way. Rejects
-   * (for the caller's warning) only when no majority confirmed it: the rest expire with the ttl.
+   * Owner-checked release on every master, raising each fence to `raiseTo` on the way (when
+   * given). Rejects (for the caller's warning) only when no majority confirmed it: the rest
+   * expire with the ttl.
    */
-  async release(key: string, entry: string, token: bigint): Promise<void> {
-    const confirmedByMajority = (so: readonly Answer<unknown>[]) => so.filter((answer) => answer?.ok).length >= this.masters.quorum;
+  async release(key: string, entry: string, raiseTo: bigint | undefined): Promise<void> {
     const sentAt = performance.now();
     // Sent to every master; a paused minority does not keep the caller once a majority confirmed.
-    const answers = await this.masters.round(releaseScript, key, [entry, String(token), ''], 'release', confirmedByMajority, undefined, this.masters.serverTimeoutMs);
-    if (confirmedByMajority(answers)) return;
+    const answers = await this.masters.round(releaseScript, key, [entry, raiseTo === undefined ? '' : String(raiseTo), ''], 'release', this.confirmedByMajority, undefined, this.masters.serverTimeoutMs);
+    if (this.confirmedByMajority(answers)) return;
     throw new LockServerUnreachableError('redlock', `release "${key}"`, this.masters.unanswered(answers), Math.round(performance.now() - sentAt), this.masters.firstError(answers));
   }
+
+  private readonly confirmedByMajority = (answers: readonly Answer<unknown>[]): boolean => {
+    let confirmed = 0;
+    for (const answer of answers) if (answer?.ok) confirmed++;
+    return confirmed >= this.masters.quorum;
+  };
 
   /** After a lost vote or a withdrawal: release everywhere (owner-checked), and leave the waiters. */
   giveBack(key: string, entry: string, waiter: string): void {

@@ -3,10 +3,11 @@ import { LockBackendError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import { BackendLifecycle } from '../backend-lifecycle';
-import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
+import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import { LocalQueues, type BatchEntries } from '../local-queue/local-queues';
 import { RedlockAcquisition, UNREACHABLE_RETRY_MS, type AcquisitionTiming } from './redlock-acquisition';
 import { RedlockBatch } from './redlock-batch';
+import { forceReleaseRedlock, inspectRedlock } from './redlock-inspect';
 import { RedlockMasters } from './redlock-masters';
 import {
   DEFAULT_DRIFT_FACTOR,
@@ -20,7 +21,6 @@ import { RedlockVotes } from './redlock-votes';
 
 interface HeldLock {
   readonly grant: LockGrant;
-  readonly lost: AbortController;
   readonly batch: RedlockBatch;
 }
 
@@ -59,7 +59,16 @@ export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatc
     (name, id) => new RedlockBatch(name, this.waiterId + id),
     () => this.lifecycle.isOpen,
     () => this.lifecycle.closedWhileWaiting(),
+    // A vote goes out in the tick its first caller arrived: an uncontended acquisition does not
+    // wait a turn of the event loop. A burst's callers arrive in one tick and still share a vote.
+    (send) => process.nextTick(send),
   );
+  /**
+   * Every grant's lost signal: aborted only at close(). A holder whose entry lost its majority
+   * learns it from its renewal (renew() answers false), so one signal serves them all, and no
+   * AbortController is made per lock.
+   */
+  private readonly closing = new AbortController();
   private readonly timing: AcquisitionTiming;
   private readonly releasing = new Set<Promise<void>>();
 
@@ -90,9 +99,29 @@ export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatc
     return this.masters.unreachable();
   }
 
-  async acquire(request: AcquireRequest): Promise<LockGrant> {
+  /** The majority's view, asked of every master: see redlock-inspect.ts. */
+  inspect(key: string): Promise<LockInspection> {
+    return inspectRedlock(this.masters, key);
+  }
+
+  forceRelease(key: string): Promise<boolean> {
+    return forceReleaseRedlock(this.masters, key);
+  }
+
+  /** PING on every master; up once a majority answers (RedlockMasters.ping). */
+  async ping(): Promise<void> {
     this.lifecycle.assertOpen();
-    request.signal.throwIfAborted();
+    await this.masters.ping();
+  }
+
+  /** Not async: each promise layer costs an uncontended cycle its share (see docs/redlock.md, "Benchmark"). */
+  acquire(request: AcquireRequest): Promise<LockGrant> {
+    try {
+      this.lifecycle.assertOpen();
+      request.signal.throwIfAborted();
+    } catch (error) {
+      return Promise.reject(error);
+    }
     return this.queues.acquire(request);
   }
 
@@ -147,11 +176,11 @@ export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatc
   }
 
   /** The next caller of the batch gets the lock with no round trip; with nobody left, the entry is released everywhere. */
-  async release(grant: LockGrant, validForMs?: number): Promise<void> {
+  release(grant: LockGrant, validForMs?: number): Promise<void> {
     const held = this.heldFor(grant);
-    if (!held) return;
+    if (!held) return Promise.resolve();
     this.held.delete(grant.owner);
-    await this.queues.release(held.batch, validForMs);
+    return this.queues.release(held.batch, validForMs);
   }
 
   async close(): Promise<void> {
@@ -159,7 +188,7 @@ export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatc
     const heldError = this.lifecycle.closedWhileHeld();
     const holding = [...this.queues.batches()].filter((batch) => batch.state === 'holding');
     this.queues.closeAll(this.lifecycle.closedWhileWaiting());
-    for (const held of this.held.values()) held.lost.abort(heldError);
+    this.closing.abort(heldError);
     this.held.clear();
     for (const batch of holding) this.releaseEntry(batch);
     // The releases must leave before the connections close; a dead master does not hold us up.
@@ -171,10 +200,10 @@ export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatc
   /** BatchEntries: the batch's entry starts voting at once, and waits for words between votes. */
   send(batch: RedlockBatch): void {
     const acquisition = new RedlockAcquisition(this.votes, batch, this.waiterId, this.timing, {
-      won: (token, sentAt) => {
+      won: (vote) => {
         this.waiting.delete(batch.name);
-        batch.leaseFrom = sentAt;
-        this.queues.holds(batch, token);
+        batch.leaseFrom = vote.sentAt;
+        this.queues.holds(batch, vote.token);
       },
       failed: (error) => {
         this.waiting.delete(batch.name);
@@ -196,8 +225,8 @@ export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatc
   }
 
   /** BatchEntries: nobody of the batch is left: release the entry on every master. */
-  async remove(batch: RedlockBatch): Promise<void> {
-    await this.releaseEntry(batch);
+  remove(batch: RedlockBatch): Promise<void> {
+    return this.releaseEntry(batch);
   }
 
   /** BatchEntries: a holder let go without knowing its lease valid: a renewal tells whether the entry still holds a majority. */
@@ -223,11 +252,10 @@ export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatc
    */
   grant(batch: RedlockBatch, request: Pick<AcquireRequest, 'key' | 'owner' | 'ttlMs'>): LockGrant {
     const { key, owner, ttlMs } = request;
-    const lost = new AbortController();
     const entryEnds = batch.leaseFrom + batch.ttlMs - this.votes.driftMs(batch.ttlMs);
     // The lease's local deadline is requestedAt + ttlMs - drift(ttlMs): make that the entry's end.
     const requestedAt = entryEnds - ttlMs + this.votes.driftMs(ttlMs);
-    let grant: LockGrant = { key, owner, fencingToken: batch.token(), lost: lost.signal, requestedAt };
+    let grant: LockGrant = { key, owner, fencingToken: batch.token(), lost: this.closing.signal, requestedAt };
     if (entryEnds - performance.now() < ttlMs / 2) {
       const sentAt = performance.now();
       const recorded = this.votes.renew(batch.name, batch.id, ttlMs).then((renewal) => {
@@ -238,7 +266,7 @@ export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatc
       });
       grant = { ...grant, provisional: { validUntil: entryEnds, recorded } };
     }
-    this.held.set(owner, { grant, lost, batch });
+    this.held.set(owner, { grant, batch });
     return grant;
   }
 
@@ -272,9 +300,10 @@ export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatc
   }
 
   private releaseEntry(batch: RedlockBatch): Promise<void> {
-    const released = this.votes.release(batch.name, batch.id, batch.entryToken ?? 0n);
+    const released = this.votes.release(batch.name, batch.id, batch.entryToken);
     this.releasing.add(released);
-    void released.catch(() => undefined).finally(() => this.releasing.delete(released));
+    const forget = () => void this.releasing.delete(released);
+    released.then(forget, forget);
     return released;
   }
 

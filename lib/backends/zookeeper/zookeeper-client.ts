@@ -57,6 +57,7 @@ export interface ZkModule {
 export const ZkCode = {
   CONNECTION_LOSS: -4,
   NO_NODE: -101,
+  NO_AUTH: -102,
   NODE_EXISTS: -110,
   NOT_EMPTY: -111,
   SESSION_EXPIRED: -112,
@@ -84,7 +85,7 @@ interface ConnectionManagerInternals {
 }
 
 /** ConnectionManager.STATES. */
-const MANAGER_STATE = { CONNECTED: 2, CONNECTED_READ_ONLY: 3, CLOSED: -2 } as const;
+const MANAGER_STATE = { CONNECTING: 1, CONNECTED: 2, CONNECTED_READ_ONLY: 3, CLOSED: -2 } as const;
 
 /**
  * Closes the client for good. node-zookeeper-client cannot finish a close while it is still
@@ -96,6 +97,12 @@ const MANAGER_STATE = { CONNECTED: 2, CONNECTED_READ_ONLY: 3, CLOSED: -2 } as co
  */
 export function closeClient(client: ZkClient): void {
   const manager = (client as unknown as { connectionManager?: ConnectionManagerInternals }).connectionManager;
+  if (manager && manager.state === MANAGER_STATE.CONNECTING && manager.socket === undefined) {
+    // The first connection attempt makes its socket on the next tick; a close before then
+    // writes to no socket and throws. Close once the socket exists.
+    setImmediate(() => closeClient(client));
+    return;
+  }
   const established = manager?.state === MANAGER_STATE.CONNECTED || manager?.state === MANAGER_STATE.CONNECTED_READ_ONLY;
   if (manager && !established) {
     // Sockets bind these when they are made: a reconnection already on its way gets them too.

@@ -55,7 +55,11 @@ export class LockNodes {
           if (found) return found;
         } else if (code === ZkCode.NO_NODE) {
           this.parents.markUnknown(parent);
-          if (zkCode(await ensured) === ZkCode.NO_NODE) await this.createRoot(session);
+          const parentError = await ensured;
+          const parentCode = zkCode(parentError);
+          if (parentCode === ZkCode.NO_NODE) await this.createRoot(session);
+          // The parent could not be made (NO_AUTH: the root's ACL refuses us): that is the reason, not its absence.
+          else if (parentError !== undefined && parentCode !== ZkCode.NODE_EXISTS && parentCode !== ZkCode.CONNECTION_LOSS) throw parentError;
         } else {
           throw error;
         }

@@ -12,11 +12,13 @@ import type { ZooKeeperSession } from './zookeeper-session';
  * trip on the hand-off path). ZooKeeper answers one session's requests in order and sends its
  * watch events in zxid order with the replies, so while the connection holds, our node's
  * deletion always reaches us before a later deletion of the predecessor: a waiter never takes
- * the lock with a node that is gone.
+ * the lock with a node that is gone. A holder's renewals stand on it too (ZooKeeperRenewals).
  */
 export class OwnNodeWatch {
   private readonly deleted = new OneShot();
   private stopped = false;
+  /** False once the server refused to set the watch (NO_AUTH, say): a deletion would then go unheard. */
+  private watching = true;
   private cancel: () => void = () => undefined;
   /** The latest request setting the watch: once it is answered, `gone` is up to date. */
   private armed: Promise<void>;
@@ -37,6 +39,11 @@ export class OwnNodeWatch {
   /** The node is known deleted by someone else, as of every event and reply received so far. */
   get isGone(): boolean {
     return this.deleted.reason !== undefined;
+  }
+
+  /** The watch is in place, or on its way: a deletion by someone else will be told. */
+  get isWatching(): boolean {
+    return this.watching;
   }
 
   /** Calls `listener` once if the node is deleted by someone else (at once if it already was); returns an unsubscribe. */
@@ -66,7 +73,10 @@ export class OwnNodeWatch {
         return;
       } catch (error) {
         // A dead session ends every lock of it through its own path (ZooKeeperSession.onDeath).
-        if (zkCode(error) !== ZkCode.CONNECTION_LOSS) return;
+        if (zkCode(error) !== ZkCode.CONNECTION_LOSS) {
+          this.watching = false;
+          return;
+        }
       }
     }
   }

@@ -157,7 +157,7 @@ export class ZooKeeperSession {
 
   /** A persistent node (the root's segments, a lock name's parent) with the configured ACL. */
   createPersistent(path: string): Promise<string> {
-    return this.call((done) => this.client.create(path, null, this.acl, this.zk.CreateMode.PERSISTENT, done));
+    return this.call(path, (done) => this.client.create(path, null, this.acl, this.zk.CreateMode.PERSISTENT, done));
   }
 
   /**
@@ -166,7 +166,7 @@ export class ZooKeeperSession {
    * round trip to read it; and the parent's numChildren right after says whether we are alone.
    */
   createWithZxid(parent: string, nodePrefix: string, data: Buffer): Promise<{ path: string; czxid: Buffer; siblings: number }> {
-    return this.call((done) =>
+    return this.call(parent, (done) =>
       this.client
         .transaction()
         .create(`${parent}/${nodePrefix}`, data, this.acl, this.zk.CreateMode.EPHEMERAL_SEQUENTIAL)
@@ -180,12 +180,19 @@ export class ZooKeeperSession {
   }
 
   remove(path: string): Promise<void> {
-    return this.call((done) => this.client.remove(path, -1, done));
+    return this.call(path, (done) => this.client.remove(path, -1, done));
   }
 
   /** The node's stat, or null when it does not exist. */
   exists(path: string): Promise<ZkStat | null> {
-    return this.call((done) => this.client.exists(path, undefined, done));
+    return this.call(path, (done) => this.client.exists(path, undefined, done));
+  }
+
+  /** The node's data and stat, or null when it does not exist; leaves no watch. */
+  read(path: string): Promise<{ data: Buffer; stat: ZkStat } | null> {
+    return this.call<{ data: Buffer; stat: ZkStat } | null>(path, (done) =>
+      this.client.getData(path, undefined, (error, data, stat) => (zkCode(error) === ZkCode.NO_NODE ? done(null, null) : done(error, { data, stat }))),
+    );
   }
 
   /**
@@ -196,7 +203,7 @@ export class ZooKeeperSession {
    */
   watch(path: string, listener: ZkWatcher): { set: Promise<boolean>; cancel: () => void } {
     const { watcher, remove } = this.watches.add(path, listener);
-    const set = this.call<void>((done) => this.client.getData(path, watcher, (error) => done(error))).then(
+    const set = this.call<void>(path, (done) => this.client.getData(path, watcher, (error) => done(error))).then(
       () => true,
       (error: unknown) => {
         remove();
@@ -214,7 +221,7 @@ export class ZooKeeperSession {
   }
 
   getChildren(path: string): Promise<string[]> {
-    return this.call((done) => this.client.getChildren(path, done));
+    return this.call(path, (done) => this.client.getChildren(path, done));
   }
 
   /** This session owns `stat`'s ephemeral node. */
@@ -251,7 +258,8 @@ export class ZooKeeperSession {
     await closed;
   }
 
-  private call<T>(start: (done: (error: ZkError | null, value?: T) => void) => void): Promise<T> {
+  /** `path`: the node the call is about, named when the server refuses it (NO_AUTH). */
+  private call<T>(path: string, start: (done: (error: ZkError | null, value?: T) => void) => void): Promise<T> {
     if (this.death.reason) return Promise.reject(this.death.reason);
     const sentAt = performance.now();
     return new Promise<T>((resolve, reject) => {
@@ -263,7 +271,8 @@ export class ZooKeeperSession {
           this.lastContactAt = Math.max(this.lastContactAt, sentAt);
           this.lastHeardAt = performance.now();
         }
-        if (error) reject(error);
+        if (code === ZkCode.NO_AUTH) reject(notAuthorized(error!, path));
+        else if (error) reject(error);
         else resolve(value as T);
       });
     });
@@ -324,4 +333,16 @@ export class ZooKeeperSession {
   private overdue(): boolean {
     return performance.now() >= this.livenessDeadline();
   }
+}
+
+/**
+ * The server's NO_AUTH, which names neither the node nor what to change. ZooKeeper accepts any
+ * digest credentials (a wrong password is just another identity), so a wrong password shows up
+ * here, at the first node whose ACL does not grant it. The code stays: callers still look at it.
+ */
+function notAuthorized(error: ZkError, path: string): ZkError {
+  const message =
+    `not authorized (NO_AUTH) for ${path}: its ACL (its parent's, for a create) does not grant this session's credentials what the lock needs. ` +
+    'Check backend.auth (user:password) against the ACL the nodes were created with (backend.acl, or an operator\'s setAcl).';
+  return Object.assign(new Error(message, { cause: error }), { code: error.code });
 }

@@ -1,13 +1,15 @@
 import { DistributedLockError } from '../../errors';
 import { BackendLifecycle } from '../backend-lifecycle';
-import type { AcquireRequest, LockBackend, LockGrant } from '../lock-backend.interface';
+import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import { LocalQueues, type BatchEntries } from '../local-queue/local-queues';
 import type { ZkModule, ZkStat } from './zookeeper-client';
 import { ZooKeeperBatch, type QueuePlace } from './zookeeper-batch';
+import { ZooKeeperInspector } from './zookeeper-inspect';
 import { LockNodes } from './zookeeper-lock-nodes';
 import { LockParents, PARENT_IDLE_MS } from './zookeeper-parents';
 import { lockNodeName } from './zookeeper-paths';
 import { QueuePlaces } from './zookeeper-queue-places';
+import { ZooKeeperRenewals } from './zookeeper-renewals';
 import type { ZooKeeperSession, ZooKeeperSessionOptions } from './zookeeper-session';
 import { ZooKeeperSessions } from './zookeeper-sessions';
 
@@ -43,6 +45,8 @@ export class ZooKeeperLockBackend implements LockBackend, BatchEntries<ZooKeeper
   private readonly parents: LockParents;
   private readonly nodes: LockNodes;
   private readonly places: QueuePlaces;
+  private readonly inspector: ZooKeeperInspector;
+  private readonly renewals: ZooKeeperRenewals;
   /** One per tryAcquire in progress: aborted when the call ends early (its bound, close), so its work cleans up behind it. */
   private readonly tries = new Set<AbortController>();
 
@@ -55,6 +59,8 @@ export class ZooKeeperLockBackend implements LockBackend, BatchEntries<ZooKeeper
     this.parents = new LockParents(() => this.sessions.connected('remove an idle lock name', undefined));
     this.nodes = new LockNodes(this.parents, options.rootPath);
     this.places = new QueuePlaces(this.sessions, this.nodes, this.parents);
+    this.inspector = new ZooKeeperInspector(this.sessions, options.rootPath);
+    this.renewals = new ZooKeeperRenewals(this.sessions, options.rootPath);
   }
 
   get address(): string {
@@ -63,6 +69,16 @@ export class ZooKeeperLockBackend implements LockBackend, BatchEntries<ZooKeeper
 
   unreachable(): Error | undefined {
     return this.sessions.unreachable();
+  }
+
+  /**
+   * `exists` on the root path through a connected session (opened if need be): one read, the
+   * cheapest call the server answers. Bounded as every call is.
+   */
+  async ping(): Promise<void> {
+    this.lifecycle.assertOpen();
+    const session = await this.sessions.connected('answer a ping', undefined);
+    await this.sessions.bounded(session.exists(this.options.rootPath), 'answer a ping');
   }
 
   /**
@@ -96,20 +112,37 @@ export class ZooKeeperLockBackend implements LockBackend, BatchEntries<ZooKeeper
     }
   }
 
-  /** The node still exists and belongs to this session: the lock is ours as long as the session lives. */
+  /**
+   * The node still exists on its live session: the lock is ours as long as the session lives.
+   * Renewals due in one tick share one read, and no write (ZooKeeperRenewals).
+   */
   async renew(grant: LockGrant): Promise<boolean> {
     const held = this.heldFor(grant);
     const place = held?.batch.place;
     if (!held || !place || !place.session.alive) return false;
     try {
-      const stat = await this.sessions.bounded(place.session.exists(place.node.path), 'renew');
-      if (stat && place.session.owns(stat)) return true;
-      if (held.batch.place === place) this.entryLost(held.batch, new DistributedLockError(`Lock node ${place.node.path} is gone.`));
+      const there = await this.renewals.stillThere(place);
+      // Lost or let go while the read was on its way: entryLost or release has dealt with it.
+      if (held.batch.place !== place || !place.session.alive) return false;
+      if (there) return true;
+      this.entryLost(held.batch, new DistributedLockError(`Lock node ${place.node.path} is gone.`));
       return false;
     } catch (error) {
       if (!place.session.alive) return false;
       throw error;
     }
+  }
+
+  /** The queue under the name, read from the server (ZooKeeperInspector). */
+  async inspect(key: string): Promise<LockInspection> {
+    this.lifecycle.assertOpen();
+    return this.inspector.inspect(key);
+  }
+
+  /** Deletes the holder's node, whoever holds it (ZooKeeperInspector). */
+  async forceRelease(key: string): Promise<boolean> {
+    this.lifecycle.assertOpen();
+    return this.inspector.forceRelease(key);
   }
 
   /**

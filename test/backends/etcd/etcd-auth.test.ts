@@ -57,6 +57,11 @@ describe('etcd backend with authentication (RBAC)', () => {
     await second.release(handedOn);
   });
 
+  it("answers the health check's ping as a user limited to the key prefix, and refuses it with a wrong password", async () => {
+    await open({ username: 'locks', password: 'locks-secret' }).ping();
+    await assert.rejects(open({ username: 'locks', password: 'wrong' }).ping(), /authentication failed|invalid/i);
+  });
+
   it('is refused outside the role, and with a wrong password', async () => {
     const outside = open({ username: 'locks', password: 'locks-secret' });
     await assert.rejects(outside.acquire(request('elsewhere:auth', 'o')), /permission denied/i);

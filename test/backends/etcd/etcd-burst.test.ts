@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
-import { setImmediate as tick } from 'node:timers/promises';
 import { describe, it } from 'node:test';
 import { DEFAULT_WAIT_TIMEOUT_MS } from '../../../lib/lock-defaults';
+import { exclusiveBurst } from '../../support/exclusive-burst';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { assertExclusive, FAULT_SUITE_TIMEOUT_MS, sleep, type HoldInterval } from '../../support/timing';
+import { FAULT_SUITE_TIMEOUT_MS, sleep } from '../../support/timing';
 import { etcdFixture } from './etcd-test-kit';
 
 /**
@@ -24,37 +24,11 @@ describe('etcd backend: bursts of 1000 callers in one process', { timeout: FAULT
     return created;
   }
 
-  /** Runs `keys.length` callers at once, each through withLock with the default waitTimeoutMs. */
-  async function burst(keys: string[], clients: Awaited<ReturnType<typeof services>>) {
-    const intervals = new Map<string, HoldInterval[]>();
-    const inside = new Map<string, number>();
-    const started = performance.now();
-    const results = await Promise.allSettled(
-      keys.map((key, i) =>
-        clients[i % clients.length].withLock(key, async (lock) => {
-          const start = process.hrtime.bigint();
-          inside.set(key, (inside.get(key) ?? 0) + 1);
-          assert.equal(inside.get(key), 1, 'two holders inside at once');
-          await tick();
-          inside.set(key, 0);
-          const list = intervals.get(key) ?? [];
-          list.push({ start, end: process.hrtime.bigint(), fencingToken: lock.fencingToken, holder: `caller ${i}` });
-          intervals.set(key, list);
-        }),
-      ),
-    );
-    const elapsedMs = Math.round(performance.now() - started);
-    const errors = results.filter((result) => result.status === 'rejected').map((result) => String((result as PromiseRejectedResult).reason));
-    assert.deepEqual(errors.slice(0, 3), [], `${errors.length} of ${keys.length} callers failed`);
-    for (const list of intervals.values()) assertExclusive(list);
-    return elapsedMs;
-  }
-
   it('1000 callers of one key: no error within the default waitTimeoutMs, one holder at a time, one put and one delete', async () => {
     const clients = await services(1);
     const key = newKey();
     const before = await revision();
-    const elapsedMs = await burst(Array.from({ length: 1000 }, () => key), clients);
+    const elapsedMs = await exclusiveBurst(Array.from({ length: 1000 }, () => key), clients);
     const writes = (await revision()) - before;
     console.log(`burst of 1000 on one key in one process: ${elapsedMs} ms (bound ${DEFAULT_WAIT_TIMEOUT_MS} ms), ${writes} server writes`);
     assert.ok(elapsedMs < DEFAULT_WAIT_TIMEOUT_MS, `the burst took ${elapsedMs} ms`);
@@ -64,7 +38,7 @@ describe('etcd backend: bursts of 1000 callers in one process', { timeout: FAULT
   it('1000 callers of 1000 distinct keys: no error within the default waitTimeoutMs, one put and one delete per key', async () => {
     const clients = await services(1);
     const before = await revision();
-    const elapsedMs = await burst(Array.from({ length: 1000 }, () => newKey()), clients);
+    const elapsedMs = await exclusiveBurst(Array.from({ length: 1000 }, () => newKey()), clients);
     const writes = (await revision()) - before;
     console.log(`burst of 1000 on distinct keys in one process: ${elapsedMs} ms (bound ${DEFAULT_WAIT_TIMEOUT_MS} ms), ${writes} server writes`);
     assert.ok(elapsedMs < DEFAULT_WAIT_TIMEOUT_MS, `the burst took ${elapsedMs} ms`);
@@ -75,7 +49,7 @@ describe('etcd backend: bursts of 1000 callers in one process', { timeout: FAULT
     const clients = await services(2);
     const key = newKey();
     const before = await revision();
-    const elapsedMs = await burst(Array.from({ length: 1000 }, () => key), clients);
+    const elapsedMs = await exclusiveBurst(Array.from({ length: 1000 }, () => key), clients);
     const writes = (await revision()) - before;
     console.log(`burst of 2 x 500 on one key in two processes: ${elapsedMs} ms, ${writes} server writes`);
     assert.equal(writes, 4n, 'each process: one put, one delete');

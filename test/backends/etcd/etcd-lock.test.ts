@@ -125,16 +125,28 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
     }
   });
 
-  it('fails the callers still queued under a key that etcd no longer has, never grants them', async () => {
+  it('never grants the callers still queued under a key that etcd no longer has: they queue again, with a key of their own', async () => {
     const key = newKey();
     const here = etcd.backend();
     const first = here.acquire(request(key, 'holder'));
     const next = here.acquire(request(key, 'next-here'));
+    let nextSettled = false;
+    void next.then(() => (nextSettled = true), () => (nextSettled = true));
     const holder = await within(first, 5_000, 'the holder');
-    // The key goes behind the process's back (as an operator's forced release would).
+    // The key goes behind the process's back (as an operator's forced release does).
     await etcd.admin.delete().prefix(`${key}/`);
+    await sleep(100);
+    assert.equal(nextSettled, false, 'the next caller was served under the deleted key');
     assert.equal(await here.renew(holder), false);
-    await assert.rejects(within(next, 5_000, 'the next caller'), LockBackendError);
+    const granted = await within(next, 5_000, 'the next caller');
+    const [newKeyValue, ...others] = (await etcd.admin.getAll().prefix(`${key}/`).exec()).kvs;
+    assert.deepEqual(others, []);
+    // The first turn under the new key, above the holder's token.
+    assert.equal(granted.fencingToken, BigInt(newKeyValue.create_revision) << 16n);
+    assert.ok(granted.fencingToken > holder.fencingToken);
+    await here.release(holder);
+    assert.equal(await here.renew(granted), true, "the lost holder's release ended the next one's lock");
+    await here.release(granted);
   });
 
   // The waiter arrives with the holder (one batch, one key) or after it (a key of its own).

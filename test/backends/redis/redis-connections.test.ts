@@ -50,7 +50,8 @@ describe('redis backend connection setups', () => {
       redis = await startRedisServer([
         '--user', 'default', 'off',
         // ioredis' ready check runs INFO; without +info it still connects, with a warning.
-        '--user', 'locks', 'on', '>s3cret', 'resetkeys', '~{lock:*', 'resetchannels', '&nest-distributed-lock:*', '-@all', ...commands.split(' '), '+info',
+        // +ping for the health check (docs/redis.md lists it apart: the locks themselves do not need it).
+        '--user', 'locks', 'on', '>s3cret', 'resetkeys', '~{lock:*', 'resetchannels', '&nest-distributed-lock:*', '-@all', ...commands.split(' '), '+info', '+ping',
       ]);
     });
     after(() => redis.stop());
@@ -58,6 +59,10 @@ describe('redis backend connection setups', () => {
     it('acquires, hands off through its grant channel and releases', async () => {
       const url = `redis://locks:s3cret@127.0.0.1:${redis.port}`;
       await handOffBetween(await open({ type: 'redis', url }), await open({ type: 'redis', url }), 'lock:acl');
+    });
+
+    it("answers the health check's PING", async () => {
+      await (await open({ type: 'redis', url: `redis://locks:s3cret@127.0.0.1:${redis.port}` })).ping();
     });
 
     it('queues a burst as one entry and hands the lock over inside a process, with the same permissions', async () => {

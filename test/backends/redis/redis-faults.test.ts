@@ -2,11 +2,10 @@ import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
-import { LockLostError, type LockService } from '../../../lib';
+import { LockLostError } from '../../../lib';
 import { createBackend } from '../../../lib/backends/registry';
 import { RedisStockStore } from '../../../sample-app/inventory/redis-stock.store';
-import { HolderProcess } from '../../support/holder-process';
-import { lockServiceOver } from '../../support/lock-service-factory';
+import { HolderFaults } from '../../support/holder-faults';
 import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
 import { abortedWithin, assertExclusive, FAULT_SUITE_TIMEOUT_MS, sleep, type HoldInterval } from '../../support/timing';
 
@@ -20,69 +19,16 @@ const HANDOFF_BOUND_MS = 400;
 
 describe('redis backend under faults', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
   let redis: RedisServer;
-  const services: LockService[] = [];
-  const holders: HolderProcess[] = [];
-  let seq = 0;
-  const newName = () => `fault-${process.pid}-${++seq}`;
+  const faults = new HolderFaults('redis', () => ({ url: redis.url }), TTL_MS);
+  const newName = () => faults.newName();
+  const service = () => faults.service();
+  const holder = () => faults.holder();
 
   before(async () => (redis = await startRedisServer()));
   after(() => redis.stop());
-  afterEach(async () => {
-    await Promise.all(holders.splice(0).map((holder) => holder.stop()));
-    await Promise.all(services.splice(0).map((service) => service.onApplicationShutdown()));
-  });
+  afterEach(() => faults.stopAll());
 
-  async function service(): Promise<LockService> {
-    const created = lockServiceOver(await createBackend({ type: 'redis', url: redis.url }));
-    services.push(created);
-    return created;
-  }
-
-  async function holder(): Promise<HolderProcess> {
-    const started = await HolderProcess.start('redis', { url: redis.url }, TTL_MS);
-    holders.push(started);
-    return started;
-  }
-
-  it('a holder killed with SIGKILL: a waiter in another process gets the lock within the ttl plus a small bound', async (t) => {
-    const name = newName();
-    const killed = await holder();
-    const killedToken = await killed.acquire(name);
-    const waiter = (await service()).acquire(name, { waitTimeoutMs: 10_000 });
-    await sleep(TTL_MS / 2); // the holder renews meanwhile: the lease left at the kill is the whole ttl
-    const killedAt = Date.now();
-    killed.kill('SIGKILL');
-    const lock = await waiter;
-    const waitedMs = Date.now() - killedAt;
-    t.diagnostic(`lock handed on ${waitedMs} ms after SIGKILL (ttl ${TTL_MS} ms)`);
-    assert.ok(waitedMs <= TTL_MS + HANDOFF_BOUND_MS, `the waiter got the lock ${waitedMs} ms after the kill (ttl ${TTL_MS} ms)`);
-    assert.ok(lock.fencingToken > killedToken);
-    await lock.release();
-  });
-
-  it('a holder paused past its ttl: another process gets the lock; after SIGCONT its signal has fired and its fenced write is refused', async (t) => {
-    const name = newName();
-    const sku = `sku-${name}`;
-    const store = new RedisStockStore(new Redis(redis.url));
-    await store.seed(sku, 10);
-    const paused = await holder();
-    const staleToken = await paused.acquire(name);
-    paused.kill('SIGSTOP');
-    const started = Date.now();
-    const lock = await (await service()).acquire(name, { waitTimeoutMs: 10_000 });
-    t.diagnostic(`lock taken ${Date.now() - started} ms after SIGSTOP (ttl ${TTL_MS} ms)`);
-    assert.ok(Date.now() - started <= TTL_MS + HANDOFF_BOUND_MS, `took ${Date.now() - started} ms`);
-    assert.ok(lock.fencingToken > staleToken);
-    await store.write(sku, { stock: 9, lucky: 1 }, lock.fencingToken);
-    paused.kill('SIGCONT');
-    const lost = await paused.lost(5_000);
-    assert.match(lost.message, /lost/);
-    assert.equal(await paused.write(sku, { stock: 5, lucky: 5 }), 'StaleFencingTokenError');
-    assert.deepEqual(await store.read(sku), { stock: 9, lucky: 1 }, 'the stale write changed the stock');
-    assert.equal(lock.isHeld, true, "the paused holder's wake-up disturbed the new holder");
-    await lock.release();
-    await store.close();
-  });
+  faults.holderCases(async () => new RedisStockStore(new Redis(redis.url)), HANDOFF_BOUND_MS);
 
   it('redis-server restarted while waiters are queued: no waiter is stranded, each gets the lock within its wait timeout', async (t) => {
     const name = newName();

@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import { setImmediate as tick } from 'node:timers/promises';
 import { after, afterEach, before, describe, it } from 'node:test';
 import type { LockService } from '../../../lib';
 import { batchToken } from '../../../lib/backends/local-queue/batch';
@@ -8,8 +7,9 @@ import { PARENT_IDLE_MS } from '../../../lib/backends/zookeeper/zookeeper-parent
 import { lockNodeName, sortedLockNodes } from '../../../lib/backends/zookeeper/zookeeper-paths';
 import { DEFAULT_WAIT_TIMEOUT_MS } from '../../../lib/lock-defaults';
 import { startZooKeeperServer, transactionCount, type ZooKeeperServer } from '../../../servers/zookeeper-server';
+import { exclusiveBurst } from '../../support/exclusive-burst';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { assertExclusive, eventually, FAULT_SUITE_TIMEOUT_MS, sleep, type HoldInterval } from '../../support/timing';
+import { eventually, FAULT_SUITE_TIMEOUT_MS, sleep } from '../../support/timing';
 import { ZooKeeperInspector } from './zookeeper-inspect';
 
 /**
@@ -53,37 +53,11 @@ describe('ZooKeeper backend: bursts of 1000 callers in one process', { timeout: 
     return created;
   }
 
-  /** Runs `keys.length` callers at once (caller i through client i % n), each through withLock with the default waitTimeoutMs. */
-  async function burst(keys: string[], through: LockService[]): Promise<number> {
-    const intervals = new Map<string, HoldInterval[]>();
-    const inside = new Map<string, number>();
-    const started = performance.now();
-    const results = await Promise.allSettled(
-      keys.map((key, i) =>
-        through[i % through.length].withLock(key, async (lock) => {
-          const start = process.hrtime.bigint();
-          inside.set(key, (inside.get(key) ?? 0) + 1);
-          assert.equal(inside.get(key), 1, 'two holders inside at once');
-          await tick();
-          inside.set(key, 0);
-          const list = intervals.get(key) ?? [];
-          list.push({ start, end: process.hrtime.bigint(), fencingToken: lock.fencingToken, holder: `caller ${i}` });
-          intervals.set(key, list);
-        }),
-      ),
-    );
-    const elapsedMs = Math.round(performance.now() - started);
-    const errors = results.filter((result) => result.status === 'rejected').map((result) => String((result as PromiseRejectedResult).reason));
-    assert.deepEqual(errors.slice(0, 3), [], `${errors.length} of ${keys.length} callers failed`);
-    for (const list of intervals.values()) assertExclusive(list);
-    return elapsedMs;
-  }
-
   it('1000 callers of one key: no error within the default waitTimeoutMs, one holder at a time, one node created and deleted', async (t) => {
     const [service] = await clients(1);
     const key = newKey();
     const before = await transactions();
-    const elapsedMs = await burst(Array.from({ length: 1000 }, () => key), [service]);
+    const elapsedMs = await exclusiveBurst(Array.from({ length: 1000 }, () => key), [service]);
     const writes = (await transactions()) - before;
     t.diagnostic(`1000 callers of one key in one process: ${elapsedMs} ms (bound ${DEFAULT_WAIT_TIMEOUT_MS} ms), ${writes} transactions`);
     assert.ok(elapsedMs < DEFAULT_WAIT_TIMEOUT_MS, `the burst took ${elapsedMs} ms`);
@@ -94,7 +68,7 @@ describe('ZooKeeper backend: bursts of 1000 callers in one process', { timeout: 
   it('1000 callers of 1000 keys: no error within the default waitTimeoutMs, one parent, node and delete per key', async (t) => {
     const [service] = await clients(1);
     const before = await transactions();
-    const elapsedMs = await burst(Array.from({ length: 1000 }, () => newKey()), [service]);
+    const elapsedMs = await exclusiveBurst(Array.from({ length: 1000 }, () => newKey()), [service]);
     const writes = (await transactions()) - before;
     t.diagnostic(`1000 callers of 1000 keys in one process: ${elapsedMs} ms (bound ${DEFAULT_WAIT_TIMEOUT_MS} ms), ${writes} transactions`);
     assert.ok(elapsedMs < DEFAULT_WAIT_TIMEOUT_MS, `the burst took ${elapsedMs} ms`);
@@ -107,7 +81,7 @@ describe('ZooKeeper backend: bursts of 1000 callers in one process', { timeout: 
     const both = await clients(2);
     const key = newKey();
     const before = await transactions();
-    const elapsedMs = await burst(Array.from({ length: 1000 }, () => key), both);
+    const elapsedMs = await exclusiveBurst(Array.from({ length: 1000 }, () => key), both);
     const writes = (await transactions()) - before;
     t.diagnostic(`2 x 500 callers of one key in two processes: ${elapsedMs} ms, ${writes} transactions`);
     // Each process: at most the parent's create (the second fails, a transaction still), one node, its delete.

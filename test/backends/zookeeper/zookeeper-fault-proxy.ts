@@ -10,17 +10,25 @@ export const OP_MULTI = 14;
  *   client sees CONNECTION_LOSS for a request that succeeded: the case Curator's protected mode
  *   exists for. Optionally the requests before it are lost on the way in (never carried out).
  * - `block`: cuts every connection and hangs up on new ones until `unblock`, so another client
- *   can act on the session meanwhile.
+ *   can act on the session meanwhile. The client's connect succeeds before the hang-up, and
+ *   node-zookeeper-client queues its SET_WATCHES on each such connect.
+ * - `refuse`: cuts every connection and closes the port until `reopen`: connects are refused,
+ *   as by a server that is down.
  * - `blackHole`: keeps every connection open and accepts new ones, but forwards nothing either
  *   way: a server cut off by a firewall that drops packets, with no socket error to notice.
+ * - `spaceReplies`: forwards what the server sends one frame at a time, in order, `ms` apart, so
+ *   the client reads each reply or event on its own (as a slow network delivers them).
  */
 export class ZooKeeperFaultProxy {
   /** Connections cut on purpose so far. */
   cuts = 0;
   private armed?: { opcode: number; requestsToLose: number };
   private blocked = false;
+  private replySpacingMs = 0;
   private swallowing = false;
   private readonly sockets = new Set<Socket>();
+
+  private port = 0;
 
   private constructor(private readonly server: Server) {}
 
@@ -33,11 +41,12 @@ export class ZooKeeperFaultProxy {
       proxy.relay(client, targetPort);
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    proxy.port = (server.address() as { port: number }).port;
     return proxy;
   }
 
   get connectionString(): string {
-    return `127.0.0.1:${(this.server.address() as { port: number }).port}`;
+    return `127.0.0.1:${this.port}`;
   }
 
   /**
@@ -56,6 +65,20 @@ export class ZooKeeperFaultProxy {
 
   unblock(): void {
     this.blocked = false;
+  }
+
+  async refuse(): Promise<void> {
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    for (const socket of this.sockets) socket.destroy();
+    await closed;
+  }
+
+  async reopen(): Promise<void> {
+    await new Promise<void>((resolve) => this.server.listen(this.port, '127.0.0.1', resolve));
+  }
+
+  spaceReplies(ms: number): void {
+    this.replySpacingMs = ms;
   }
 
   blackHole(): void {
@@ -100,13 +123,24 @@ export class ZooKeeperFaultProxy {
       }
       upstream.write(frame);
     });
+    let spaced = Promise.resolve();
     frames(upstream, (frame, handshake) => {
       if (this.swallowing) return;
       if (!handshake && doomedXid !== undefined && frame.readInt32BE(4) === doomedXid) {
         this.cuts++;
         return closeBoth();
       }
-      client.write(frame);
+      const spacingMs = this.replySpacingMs;
+      if (spacingMs === 0) return void client.write(frame);
+      spaced = spaced.then(
+        () =>
+          new Promise<void>((resolve) =>
+            setTimeout(() => {
+              client.write(frame);
+              resolve();
+            }, spacingMs),
+          ),
+      );
     });
   }
 }

@@ -109,8 +109,8 @@ describe('ZooKeeper lock queue', () => {
     const [newNode, ...others] = await queueOf(name);
     assert.deepEqual(others, []);
     assert.notEqual(newNode, node, 'the waiting caller was served under the deleted node');
-    // The batch's second turn, under its new node.
-    assert.equal(next.fencingToken, batchToken((await inspector.czxid(`${parentOf(name)}/${newNode}`))!, 1n));
+    // The first turn under its new node: turns count per node (Batch.newEntry).
+    assert.equal(next.fencingToken, batchToken((await inspector.czxid(`${parentOf(name)}/${newNode}`))!, 0n));
     assert.ok(next.fencingToken > held.fencingToken);
     await held.release();
     assert.equal(next.isHeld, true, "the lost holder's release ended the next one's lock");

@@ -10,6 +10,11 @@ export interface Route {
   readonly backend: BackendOptions;
   /** `127.0.0.1:<port>`, as every backend's errors are to show it. */
   readonly address: string;
+  /**
+   * Several servers behind one lock (Redlock's masters). While they come back one by one, an
+   * error names only those not back yet: at least `unreachableAtLeast` of `addresses`.
+   */
+  readonly servers?: { readonly addresses: readonly string[]; readonly unreachableAtLeast: number };
 }
 
 /** A running server with its fault controls. */
@@ -109,6 +114,20 @@ export function assertUnreachable(outcome: Timed<unknown>, address: string, what
     `${what}: expected LockServerUnreachableError, got ${describeError(outcome.error)}`,
   );
   assert.ok(outcome.error.message.includes(address), `${what}: the message does not name ${address}: ${outcome.error.message}`);
+}
+
+/**
+ * A call made while the servers come back: unreachable, naming the route's server, or with
+ * several servers (Redlock) enough of those still down to have lost the call its majority.
+ */
+export function assertUnreachableWhileReconnecting(outcome: Timed<unknown>, route: Route, what: string): void {
+  if (!route.servers) return assertUnreachable(outcome, route.address, what);
+  assert.ok(outcome.error instanceof LockServerUnreachableError, `${what}: expected LockServerUnreachableError, got ${describeError(outcome.error ?? 'success')}`);
+  const { addresses, unreachableAtLeast } = route.servers;
+  const message = outcome.error.message;
+  // A port is never followed by another digit: 127.0.0.1:3715 is not named by 127.0.0.1:37157.
+  const named = addresses.filter((address) => new RegExp(`${address.replace(/[.[\]]/g, '\\$&')}(?!\\d)`).test(message));
+  assert.ok(named.length >= unreachableAtLeast, `${what}: expected at least ${unreachableAtLeast} of ${addresses.join(', ')} named: ${message}`);
 }
 
 /** Rejects when `promise` has not settled after `ms`: an `after` hook must not hang on a dead server. */

@@ -20,6 +20,9 @@ const HAND_ON_BOUND_MS = TTL_MS + 3_000;
  * out and the next waiter is granted; then the paused one resumes. It must not run its critical
  * section as holder beside the next one: the holds of all processes, recorded on one clock
  * (process.hrtime is CLOCK_MONOTONIC, shared by the machine's processes), never overlap.
+ * Backends without FIFO run it too: there the paused waiter may not be the one granted (a
+ * Redlock waiter must vote itself, which a paused process cannot; the masters' word goes to it
+ * first and is lost), and the same checks hold: no overlap, and the next waiter granted in bound.
  */
 export function lateGrantCases(context: FailureContext): void {
   describe('a waiter paused while queued, granted while paused, resumed after its lease ran out', () => {

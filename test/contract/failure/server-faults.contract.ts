@@ -54,6 +54,8 @@ export function serverFaultCases(context: FailureContext): void {
       let ignoring: Held;
       let acquiring: Promise<Timed<LockHandle>>;
       let trying: Promise<Timed<LockHandle | null>>;
+      let inspecting: Promise<Timed<unknown>>;
+      let forcing: Promise<Timed<unknown>>;
       const acquireBound = Math.min(WAIT_TIMEOUT_MS, SERVER_TIMEOUT_MS) + MARGIN_MS;
       const tryBound = SERVER_TIMEOUT_MS + MARGIN_MS;
 
@@ -88,6 +90,8 @@ export function serverFaultCases(context: FailureContext): void {
         // Calls made as the fault strikes, each measured from its own start and awaited by its case.
         acquiring = timed(() => acquirer.acquire(context.newKey(), { waitTimeoutMs: WAIT_TIMEOUT_MS }), acquireBound + GRACE_MS);
         trying = timed(() => trier.tryAcquire(context.newKey()), tryBound + GRACE_MS);
+        inspecting = timed(() => trier.inspect(context.newKey()), tryBound + GRACE_MS);
+        forcing = timed(() => trier.forceRelease(context.newKey()), tryBound + GRACE_MS);
       });
 
       after(async () => {
@@ -109,6 +113,15 @@ export function serverFaultCases(context: FailureContext): void {
         t.diagnostic(`tryAcquire ended with ${describeError(outcome.error ?? 'a lock or null')}`);
         withinBound(t, 'tryAcquire', outcome.ms, tryBound);
         assertUnreachable(outcome, route.address, 'tryAcquire');
+      });
+
+      it('inspect and forceRelease reject with LockServerUnreachableError naming the address within serverTimeoutMs + margin', CASE, async (t) => {
+        for (const [what, call] of [['inspect', inspecting], ['forceRelease', forcing]] as const) {
+          const outcome = await call;
+          t.diagnostic(`${what} ended with ${describeError(outcome.error ?? 'an answer')}`);
+          withinBound(t, what, outcome.ms, tryBound);
+          assertUnreachable(outcome, route.address, what);
+        }
       });
 
       it("a held lock's signal fires before its lease ends, and withLock ends with LockLostError 'server-unreachable' by the lease deadline + margin", CASE, async (t) => {

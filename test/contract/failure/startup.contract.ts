@@ -11,6 +11,7 @@ import {
   WAIT_TIMEOUT_MS,
   GRACE_MS,
   assertUnreachable,
+  assertUnreachableWhileReconnecting,
   bounded,
   describeError,
   settled,
@@ -126,7 +127,7 @@ export function startupCases(context: FailureContext): void {
           break;
         }
         failures.push(describeError(outcome.error));
-        assertUnreachable(outcome, context.target().direct.address, 'an acquire while the client reconnects');
+        assertUnreachableWhileReconnecting(outcome, context.target().direct, 'an acquire while the client reconnects');
       }
       const ms = performance.now() - started;
       t.diagnostic(`calls that failed first: ${failures.length ? failures.join(' | ') : 'none'}`);
