@@ -28,7 +28,7 @@ export class RedisBatch extends Batch {
   lease?: EntryLease;
   /**
    * The renewal that tells Redis of the hand-overs inside the batch since the last one (one per
-   * run of hand-overs, sent at the end of the tick): resolves with when it was sent, or with
+   * run of hand-overs, sent RECORD_DELAY_MS after the first): resolves with when it was sent, or with
    * undefined when the entry was no longer ours. See RedisLockBackend.recordHandOver.
    */
   record?: { readonly promise: Promise<number | undefined>; readonly resolve: (from: number | undefined) => void };

@@ -5,6 +5,7 @@ import type { LockService } from '../../../lib';
 import { createBackend } from '../../../lib/backends/registry';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { commandsExecuted, startRedisServer, type RedisServer } from '../../../servers/redis-server';
+import { RECORD_DELAY_MS } from '../../../lib/backends/redis/redis-batch-leases';
 import { lockKeys } from '../../../lib/backends/redis/redis-keys';
 import { eventually, sleep } from '../../support/timing';
 
@@ -111,5 +112,33 @@ describe('redis backend: commands per handoff', () => {
     assert.ok(large.total <= 25, `1000 hand-overs in one process cost ${large.total} commands`);
     // The one message gives the burst's entry the lock; the thousand turns under it need none.
     assert.equal(large.calls.publish, 1, 'not exactly one grant message for the burst');
+  });
+
+  it('tells Redis of the hand-overs of callers that each wait on Redis under the lock with one renewal per run, not one each', async (t) => {
+    const name = 'handoff-sale';
+    const keys = lockKeys(`lock:${name}`);
+    const data = new Redis(redis.url);
+    try {
+      const callers = 200;
+      const holder = await services[0].acquire(name);
+      // A flash sale's critical section: a round trip to Redis on another connection.
+      const queued = Array.from({ length: callers }, () => services[0].withLock(name, () => data.get('stock'), { waitTimeoutMs: 60_000 }));
+      await eventually(async () => (await inspector.llen(keys.queue)) >= 1, 5_000, 'the callers to queue', 1);
+      const before = await commandsExecuted((section) => inspector.info(section));
+      const started = performance.now();
+      await holder.release();
+      await Promise.all(queued);
+      const elapsedMs = performance.now() - started;
+      await sleep(100);
+      const afterCount = await commandsExecuted((section) => inspector.info(section));
+      const scripts = (afterCount.byCommand.evalsha ?? 0) + (afterCount.byCommand.eval ?? 0) - (before.byCommand.evalsha ?? 0) - (before.byCommand.eval ?? 0);
+      // The holder's release, the batch's final release, and the renewals that record the turns.
+      const renewals = scripts - 2;
+      const bound = Math.ceil(elapsedMs / RECORD_DELAY_MS) + 1;
+      t.diagnostic(`${callers} hand-overs in ${elapsedMs.toFixed(1)} ms, each after a round trip: ${renewals} renewals (bound ${bound}; one per hand-over would be ${callers - 1})`);
+      assert.ok(renewals <= bound, `${renewals} renewals for ${callers} hand-overs in ${elapsedMs.toFixed(1)} ms`);
+    } finally {
+      data.disconnect();
+    }
   });
 });
