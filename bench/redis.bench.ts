@@ -9,6 +9,7 @@ import { printFlashSale } from './report';
 import { redisStockFloor, redisStockSale, type StockSaleResult } from './redis-stock-sale';
 import { formatRatio, median, pairedRatio } from './stats';
 import { progress } from './progress';
+import { cpuPerCycle } from './cpu-per-cycle';
 import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK } from './workloads';
 import { recordFigure, recordTarget } from './summary';
 
@@ -118,6 +119,7 @@ export async function run(): Promise<void> {
           `flash-sale makespan ${formatRatio(sales.get(ours)!.makespanMs, sales.get(peer)!.makespanMs)}`,
       );
     }
+    await printCpuPerCycle(ours, bestCycle, connect());
     const cycleRatio = cycleRatios.get(bestCycle)!.median;
     const saleRatio = sales.get(ours)!.makespanMs / sales.get(bestSale)!.makespanMs;
     // Issue 13: our cycle at most 1.05x the fastest peer's (the inverse of the cycles/s ratio, round by round).
@@ -130,6 +132,23 @@ export async function run(): Promise<void> {
     for (const client of clients) client.disconnect();
     await redis.stop();
   }
+}
+
+/** Redis' own CPU time so far (`INFO cpu`, user + system), in microseconds. */
+async function redisCpuUs(admin: Redis): Promise<number> {
+  const info = await admin.info('cpu');
+  const seconds = (field: string) => Number(new RegExp(`${field}:([\\d.]+)`).exec(info)?.[1] ?? NaN);
+  return (seconds('used_cpu_user') + seconds('used_cpu_sys')) * 1e6;
+}
+
+/** Both make two round trips per cycle: the CPU each spends per cycle is where the gap is. */
+async function printCpuPerCycle(ours: Contender, peer: Contender, admin: Redis): Promise<void> {
+  const cpu = await cpuPerCycle(new Map([ours, peer].map((c) => [c, c.runners[0]])), () => redisCpuUs(admin));
+  for (const [contender, { clientUs, serverUs }] of cpu) {
+    console.log(`uncontended CPU per cycle, ${contender.label}: ${clientUs.toFixed(1)} us in this process, ${serverUs.toFixed(1)} us in redis-server`);
+  }
+  const [a, b] = [cpu.get(ours)!, cpu.get(peer)!];
+  recordFigure('uncontended CPU per cycle vs the best peer (process / redis-server)', `${(a.clientUs / b.clientUs).toFixed(2)}x / ${(a.serverUs / b.serverUs).toFixed(2)}x`);
 }
 
 /**
