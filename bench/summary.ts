@@ -25,11 +25,12 @@ export function recordFigure(measure: string, value: string): void {
 /**
  * A ratio with its target: prints the target line where the section's output stands, and keeps
  * it for the table. `bound` is the largest acceptable value (`<=`) or the smallest (`>=`).
+ * `unit` '' for a count that is not a ratio (requests per 100 locks).
  */
-export function recordTarget(measure: string, ratio: number, comparison: '<=' | '>=', bound: number): void {
+export function recordTarget(measure: string, ratio: number, comparison: '<=' | '>=', bound: number, unit: 'x' | '' = 'x'): void {
   const met = comparison === '<=' ? ratio <= bound : ratio >= bound;
-  const value = `${ratio.toFixed(ratio < 0.1 ? 3 : 2)}x`;
-  const target = `${comparison} ${bound}x`;
+  const value = `${ratio.toFixed(ratio < 0.1 ? 3 : 2)}${unit}`;
+  const target = `${comparison} ${bound}${unit}`;
   console.log(`target ${measure} ${target}: ${value} ${met ? 'MET' : 'MISSED'}`);
   rows.push({ section, measure, value, target, verdict: met ? 'met' : 'MISSED' });
 }
