@@ -12,13 +12,6 @@ export const MAX_IN_FLIGHT = 64;
 
 const TLS_OPTIONS = { trust: 'backend.credentials.rootCertificate', clientCertificate: 'backend.credentials.certChain and backend.credentials.privateKey' };
 
-/** etcd3's errors that mean the server could not be reached, or did not answer in time. */
-function isTransportError(error: unknown): boolean {
-  if (!(error instanceof Error)) return false;
-  if (error.name === 'BrokenCircuitError' || error.name === 'TaskCancelledError') return true;
-  return /^GRPC(Unavailable|DeadlineExceeded|Cancelled|ConnectFailed)Error$/.test(error.constructor.name) || /UNAVAILABLE|DEADLINE_EXCEEDED/.test(error.message);
-}
-
 /**
  * Every transaction of one backend, through BoundedCalls (bounded in flight, wrapped once with
  * etcd3's error as `cause`); each attempt is bounded in time by etcd3's deadlines. Also answers
@@ -38,8 +31,11 @@ export class EtcdCalls extends BoundedCalls {
     super('etcd', 'etcd', address, MAX_IN_FLIGHT, attemptTimeoutMs);
   }
 
+  /** etcd3's errors that mean the server could not be reached, or did not answer in time. */
   protected isTransportError(error: unknown): boolean {
-    return isTransportError(error);
+    if (!(error instanceof Error)) return false;
+    if (error.name === 'BrokenCircuitError' || error.name === 'TaskCancelledError') return true;
+    return /^GRPC(Unavailable|DeadlineExceeded|Cancelled|ConnectFailed)Error$/.test(error.constructor.name) || /UNAVAILABLE|DEADLINE_EXCEEDED/.test(error.message);
   }
 
   /**

@@ -18,12 +18,6 @@ const RETRY_MAX_MS = 200;
 const TRANSPORT_CODES = /^(08|57P0[123]|53300|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN)/;
 const TRANSPORT_MESSAGES = /Connection terminated|timeout exceeded when trying to connect|Query read timeout|Connection ended|connect ECONN|not queryable/i;
 
-function isTransportError(error: unknown): boolean {
-  if (!(error instanceof Error)) return false;
-  const code = (error as { code?: unknown }).code;
-  return (typeof code === 'string' && TRANSPORT_CODES.test(code)) || TRANSPORT_MESSAGES.test(error.message);
-}
-
 /**
  * A named prepared statement the connection does not have (26000), or has from someone else
  * (42P05): a pooler in transaction mode (PgBouncer before 1.21, or without
@@ -65,7 +59,9 @@ export class PostgresCalls extends BoundedCalls {
   }
 
   protected isTransportError(error: unknown): boolean {
-    return isTransportError(error);
+    if (!(error instanceof Error)) return false;
+    const code = (error as { code?: unknown }).code;
+    return (typeof code === 'string' && TRANSPORT_CODES.test(code)) || TRANSPORT_MESSAGES.test(error.message);
   }
 
   /** One statement; `operation` is what errors say the backend failed to do ("take a lock"). */
@@ -86,7 +82,7 @@ export class PostgresCalls extends BoundedCalls {
       } catch (error) {
         const pauseMs = Math.min(RETRY_MIN_MS * 2 ** attempt, RETRY_MAX_MS);
         const timedOut = error instanceof Error && error.message.startsWith('no answer within');
-        if (timedOut || !isTransportError(error) || performance.now() + pauseMs >= sentAt + this.serverTimeoutMs) throw error;
+        if (timedOut || !this.isTransportError(error) || performance.now() + pauseMs >= sentAt + this.serverTimeoutMs) throw error;
         this.failed(error);
         await new Promise((resolve) => setTimeout(resolve, pauseMs));
       }
