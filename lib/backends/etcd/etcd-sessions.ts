@@ -1,15 +1,11 @@
 import { Logger } from '@nestjs/common';
 import type { Etcd3 } from 'etcd3';
 import { LockServerUnreachableError } from '../../errors';
+import { ReadyWaits } from '../ready-waits';
 import type { EtcdCalls } from './etcd-calls';
 import { EtcdSession } from './etcd-session';
 
 const logger = new Logger('DistributedLock');
-
-interface Waiter {
-  resolve(session: EtcdSession): void;
-  reject(error: unknown): void;
-}
 
 /** Pause between failed attempts to open a session: doubling from the first, up to the last. */
 const RETRY_MS = [250, 500, 1_000, 2_000];
@@ -21,7 +17,7 @@ const RETRY_MS = [250, 500, 1_000, 2_000];
  */
 export class EtcdSessions {
   private current?: EtcdSession;
-  private waiters: Waiter[] = [];
+  private readonly waits: ReadyWaits<EtcdSession>;
   private opening = false;
   private closed = false;
   private retry?: NodeJS.Timeout;
@@ -40,6 +36,7 @@ export class EtcdSessions {
     private readonly grantTimeoutMs: number | undefined,
     private readonly onLost: (session: EtcdSession, reason: Error) => void,
   ) {
+    this.waits = new ReadyWaits('etcd', calls.address, () => calls.unreachable());
     this.warnTimer = setTimeout(() => {
       const cause = this.lastError ?? calls.unreachable();
       logger.warn(
@@ -77,22 +74,7 @@ export class EtcdSessions {
       clearTimeout(this.retry);
       this.open(this.failures);
     }
-    const startedAt = performance.now();
-    let timer: NodeJS.Timeout | undefined;
-    let waiter: Waiter | undefined;
-    try {
-      return await new Promise<EtcdSession>((resolve, reject) => {
-        waiter = { resolve, reject };
-        this.waiters.push(waiter);
-        timer = setTimeout(
-          () => reject(new LockServerUnreachableError('etcd', operation, this.calls.address, Math.round(performance.now() - startedAt), this.calls.unreachable())),
-          timeoutMs,
-        );
-      });
-    } finally {
-      clearTimeout(timer);
-      this.waiters = this.waiters.filter((each) => each !== waiter);
-    }
+    return this.waits.wait(operation, timeoutMs);
   }
 
   /** A session was lost: open the next one now. */
@@ -107,7 +89,7 @@ export class EtcdSessions {
     this.closed = true;
     clearTimeout(this.retry);
     clearTimeout(this.warnTimer);
-    for (const waiter of this.waiters.splice(0)) waiter.reject(closedError);
+    this.waits.fail(() => closedError);
     await this.current?.revoke(revokeTimeoutMs);
   }
 
@@ -125,14 +107,14 @@ export class EtcdSessions {
         if (this.closed) return void session.revoke(this.serverTimeoutMs);
         this.current = session;
         this.lastError = undefined;
-        for (const waiter of this.waiters.splice(0)) waiter.resolve(session);
+        this.waits.ready(session);
       },
       (error: unknown) => {
         this.opening = false;
         const wrapped = this.calls.wrap('open a session', error, startedAt);
         this.lastError = wrapped;
         if (this.closed) return;
-        if (!(wrapped instanceof LockServerUnreachableError)) for (const waiter of this.waiters.splice(0)) waiter.reject(wrapped);
+        if (!(wrapped instanceof LockServerUnreachableError)) this.waits.fail(() => wrapped);
         this.retry = setTimeout(() => this.open(attempt + 1), RETRY_MS[Math.min(attempt, RETRY_MS.length - 1)]);
         this.retry.unref();
       },

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { LockBackendError, LockServerUnreachableError } from '../../errors';
+import { BoundedCalls } from '../bounded-calls';
 import type { PgPoolLike } from './postgres-options';
 
 /**
@@ -17,12 +18,6 @@ const RETRY_MAX_MS = 200;
 const TRANSPORT_CODES = /^(08|57P0[123]|53300|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EPIPE|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN)/;
 const TRANSPORT_MESSAGES = /Connection terminated|timeout exceeded when trying to connect|Query read timeout|Connection ended|connect ECONN|not queryable/i;
 
-export function isTransportError(error: unknown): boolean {
-  if (!(error instanceof Error)) return false;
-  const code = (error as { code?: unknown }).code;
-  return (typeof code === 'string' && TRANSPORT_CODES.test(code)) || TRANSPORT_MESSAGES.test(error.message);
-}
-
 /**
  * A named prepared statement the connection does not have (26000), or has from someone else
  * (42P05): a pooler in transaction mode (PgBouncer before 1.21, or without
@@ -39,19 +34,11 @@ export interface Rows<Row> {
 }
 
 /**
- * Every statement of one backend: bounded in flight (MAX_IN_FLIGHT), bounded in time
- * (serverTimeoutMs from when it is sent), and wrapped once: a transport failure or no answer in
- * time becomes LockServerUnreachableError naming the address, any other a LockBackendError,
- * with pg's error as `cause`. Also answers `unreachable()` from what the newest calls saw.
+ * Every statement of one backend, through BoundedCalls (bounded in flight, wrapped once with pg's
+ * error as `cause`), bounded in time by serverTimeoutMs from when it is sent. Also answers
+ * `unreachable()` from what the newest calls saw.
  */
-export class PostgresCalls {
-  private inFlight = 0;
-  private readonly queued: Array<() => void> = [];
-  private readonly pending = new Map<number, number>();
-  private nextId = 0;
-  private lastFailure?: Error;
-  private lastAnswerAt = performance.now();
-
+export class PostgresCalls extends BoundedCalls {
   /**
    * The hot statements' names, by text: prepared once per connection, so the server parses and
    * plans them once. Dropped for good (unnamed statements, as every other) the first time the
@@ -61,59 +48,25 @@ export class PostgresCalls {
 
   constructor(
     private readonly pool: PgPoolLike,
-    readonly address: string,
+    address: string,
     private readonly serverTimeoutMs: number,
     /** Runs before the first statement (creating the schema); a failure fails that statement, and the next one tries again. */
     private readonly prepare: () => Promise<void>,
     prepared: readonly string[] = [],
   ) {
+    super('postgres', 'PostgreSQL', address, MAX_IN_FLIGHT, Math.min(serverTimeoutMs / 4, 250));
     if (prepared.length > 0) this.preparedNames = new Map(prepared.map((text) => [text, `ndl_${createHash('sha1').update(text).digest('hex').slice(0, 20)}`]));
   }
 
-  /** The last statement failed to reach the server, or one is unanswered for long with no answer to anything meanwhile. */
-  unreachable(): Error | undefined {
-    if (this.lastFailure) return this.lastFailure;
-    const oldest = this.pending.values().next();
-    const now = performance.now();
-    const silenceMs = Math.min(this.serverTimeoutMs / 4, 250);
-    if (!oldest.done && now - oldest.value > silenceMs && now - this.lastAnswerAt > silenceMs) {
-      return new Error(`no answer from PostgreSQL for ${Math.round(now - Math.max(oldest.value, this.lastAnswerAt))} ms`);
-    }
-    return undefined;
-  }
-
-  /** A connection (ours, or the LISTEN one) failed: remembered when it says the server cannot be reached. */
-  failed(error: unknown): void {
-    if (isTransportError(error)) this.lastFailure = error as Error;
-  }
-
-  reached(): void {
-    this.lastFailure = undefined;
-    this.lastAnswerAt = performance.now();
+  protected isTransportError(error: unknown): boolean {
+    if (!(error instanceof Error)) return false;
+    const code = (error as { code?: unknown }).code;
+    return (typeof code === 'string' && TRANSPORT_CODES.test(code)) || TRANSPORT_MESSAGES.test(error.message);
   }
 
   /** One statement; `operation` is what errors say the backend failed to do ("take a lock"). */
-  async query<Row>(operation: string, text: string, values: unknown[]): Promise<Row[]> {
-    const startedAt = performance.now();
-    if (this.inFlight < MAX_IN_FLIGHT) this.inFlight++;
-    else {
-      // The slot is handed over by the call that frees it (releaseSlot).
-      await new Promise<void>((resolve) => this.queued.push(resolve));
-      if (this.lastFailure) {
-        this.releaseSlot();
-        throw new LockServerUnreachableError('postgres', operation, this.address, Math.round(performance.now() - startedAt), this.lastFailure);
-      }
-    }
-    const id = this.nextId++;
-    this.pending.set(id, performance.now());
-    try {
-      return await this.withRetries(text, values, performance.now());
-    } catch (error) {
-      throw this.wrap(operation, error, startedAt);
-    } finally {
-      this.pending.delete(id);
-      this.releaseSlot();
-    }
+  query<Row>(operation: string, text: string, values: unknown[]): Promise<Row[]> {
+    return this.bounded(operation, () => this.withRetries<Row>(text, values, performance.now()));
   }
 
   /**
@@ -125,13 +78,11 @@ export class PostgresCalls {
     for (let attempt = 0; ; attempt++) {
       const leftMs = sentAt + this.serverTimeoutMs - performance.now();
       try {
-        const rows = await this.attempt<Row>(text, values, leftMs);
-        this.reached();
-        return rows;
+        return await this.attempt<Row>(text, values, leftMs);
       } catch (error) {
         const pauseMs = Math.min(RETRY_MIN_MS * 2 ** attempt, RETRY_MAX_MS);
         const timedOut = error instanceof Error && error.message.startsWith('no answer within');
-        if (timedOut || !isTransportError(error) || performance.now() + pauseMs >= sentAt + this.serverTimeoutMs) throw error;
+        if (timedOut || !this.isTransportError(error) || performance.now() + pauseMs >= sentAt + this.serverTimeoutMs) throw error;
         this.failed(error);
         await new Promise((resolve) => setTimeout(resolve, pauseMs));
       }
@@ -162,20 +113,11 @@ export class PostgresCalls {
     }
   }
 
-  private releaseSlot(): void {
-    const next = this.queued.shift();
-    if (next) next();
-    else this.inFlight--;
-  }
-
-  private wrap(operation: string, error: unknown, startedAt: number): LockBackendError {
-    if (error instanceof LockBackendError) return error;
-    const waitedMs = Math.round(performance.now() - startedAt);
+  /** No answer within our own bound (attempt()) is the server not answering too; a missing schema says what to do. */
+  protected override otherError(operation: string, error: unknown, waitedMs: number): LockBackendError {
     if (error instanceof Error && error.message.startsWith('no answer within')) {
       return new LockServerUnreachableError('postgres', operation, this.address, waitedMs, this.unreachable() ?? error);
     }
-    this.failed(error);
-    if (isTransportError(error)) return new LockServerUnreachableError('postgres', operation, this.address, waitedMs, error);
     const code = (error as { code?: string }).code;
     if (code && MISSING_SCHEMA.has(code)) {
       const hint = new Error(`${(error as Error).message}: the lock tables are missing; run sql/postgres-locks.sql (postgresLockSchemaSql()) or set backend.createSchema to true`);

@@ -3,6 +3,7 @@ import { LockBackendError, LockServerUnreachableError } from '../../errors';
 import type { BackendSettings } from '../backend-definition';
 import { guardedConnector } from './guarded-connector';
 import { loadPeer } from '../load-peer';
+import { ReadyWaits } from '../ready-waits';
 import { explainTlsError, moreTellingTlsError } from '../tls-errors';
 import { redisAddress } from './redis-address';
 import type { RedisBackendOptions, RedisClientLike } from './redis-options';
@@ -58,7 +59,8 @@ export class RedisConnections {
   private subscribing = false;
   /** close() ran: the connections are gone, and every lock of this backend was released before. */
   closed = false;
-  private readonly subscribedWaits = new Set<() => void>();
+  /** Callers waiting for the grant channel's subscription. */
+  private readonly subscribedWaits: ReadyWaits<void>;
   private readonly startupWarning: NodeJS.Timeout;
 
   constructor(
@@ -73,6 +75,7 @@ export class RedisConnections {
     this.silenceMs = Math.min(settings.serverTimeoutMs / 4, 250);
     this.ownsClient = options.client === undefined;
     this.usesTls = usesTls(options);
+    this.subscribedWaits = new ReadyWaits('redis', this.address, () => this.unreachable());
     if (options.client) {
       this.client = options.client as RedisConnection;
     } else {
@@ -180,36 +183,13 @@ export class RedisConnections {
    */
   whenSubscribed(operation: string, signal?: AbortSignal): Promise<void> {
     if (this.subscribed) return Promise.resolve();
-    const startedAt = performance.now();
-    return new Promise<void>((resolve, reject) => {
-      const done = () => {
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', onAbort);
-        this.subscribedWaits.delete(wake);
-      };
-      const wake = () => {
-        done();
-        if (this.closed) reject(new LockBackendError('redis', operation, new Error('the backend was closed'), this.address));
-        else resolve();
-      };
-      const onAbort = () => {
-        done();
-        reject(signal!.reason);
-      };
-      const timer = setTimeout(() => {
-        done();
-        reject(new LockServerUnreachableError('redis', operation, this.address, Math.round(performance.now() - startedAt), this.unreachable()));
-      }, this.serverTimeoutMs);
-      this.subscribedWaits.add(wake);
-      if (signal?.aborted) return onAbort();
-      signal?.addEventListener('abort', onAbort, { once: true });
-    });
+    return this.subscribedWaits.wait(operation, this.serverTimeoutMs, signal);
   }
 
   close(): void {
     this.closed = true;
     clearTimeout(this.startupWarning);
-    for (const wake of [...this.subscribedWaits]) wake();
+    this.subscribedWaits.fail(this.closedError);
     this.subscriber.disconnect();
     if (this.ownsClient) this.client.disconnect();
   }
@@ -226,7 +206,9 @@ export class RedisConnections {
         this.subscribing = false;
         this.subscribed = true;
         this.stalled = undefined;
-        for (const wake of [...this.subscribedWaits]) wake();
+        // A SUBSCRIBE answered after close() does not let a caller that came since go on.
+        if (this.closed) this.subscribedWaits.fail(this.closedError);
+        else this.subscribedWaits.ready();
       },
       (error: Error) => {
         this.subscribing = false;
@@ -234,6 +216,9 @@ export class RedisConnections {
       },
     );
   }
+
+  /** What a caller still waiting for the subscription gets at close. */
+  private readonly closedError = (operation: string): Error => new LockBackendError('redis', operation, new Error('the backend was closed'), this.address);
 
   /** Shared by every command, so tracking makes no closure per command. */
   private readonly onAnswer = (value: unknown): unknown => {
