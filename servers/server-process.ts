@@ -47,6 +47,42 @@ function signalServer(child: ChildProcess, signal: NodeJS.Signals): void {
     }
   }
   if (signal === 'SIGCONT') child.kill(signal);
+  if (signal === 'SIGSTOP' && child.pid !== undefined) untilStopped([child.pid, ...children]);
+}
+
+const STOP_WAIT_MS = 1_000;
+const sleeper = new Int32Array(new SharedArrayBuffer(4));
+
+/**
+ * Waits (synchronously, as pause() is) until every thread of `pids` is stopped: SIGSTOP reaches a
+ * thread that is not on a CPU when it next runs, and a test that goes on before then can have its
+ * requests answered by a server it believes paused (seen under load, with Go's and Java's threads).
+ */
+function untilStopped(pids: number[]): void {
+  const deadline = performance.now() + STOP_WAIT_MS;
+  while (pids.some(isRunning)) {
+    if (performance.now() > deadline) throw new Error(`SIGSTOP: processes ${pids.join(', ')} not all stopped after ${STOP_WAIT_MS} ms`);
+    Atomics.wait(sleeper, 0, 0, 1);
+  }
+}
+
+/** Some thread of `pid` is not stopped ('T') and the process has not exited. */
+function isRunning(pid: number): boolean {
+  let threads: string[];
+  try {
+    threads = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return false; // exited
+  }
+  return threads.some((thread) => {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${thread}/stat`, 'utf8');
+      const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+      return state !== 'T' && state !== 't' && state !== 'Z' && state !== 'X';
+    } catch {
+      return false;
+    }
+  });
 }
 
 /** The direct children of `pid`, from /proc (Linux). */
