@@ -3,7 +3,7 @@ import { LockBackendError, LockServerUnreachableError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
-import { LocalQueueBackend, type HeldLock } from '../local-queue/local-queue-backend';
+import { LocalQueueBackend, type ServedGrant } from '../local-queue/local-queue-backend';
 import { EtcdAcquisition, watchSafetyNetMs } from './etcd-acquisition';
 import { EtcdCalls } from './etcd-calls';
 import { ATTEMPTS, createEtcdClient, suppliedClientAddress } from './etcd-client';
@@ -18,7 +18,8 @@ import { SessionRanOut, type EtcdSession } from './etcd-session';
 import { EtcdSessions } from './etcd-sessions';
 import { LocalFollowers } from './local-followers';
 
-interface HeldEtcdLock extends HeldLock<EtcdBatch> {
+interface ServedEtcdGrant extends ServedGrant<EtcdBatch> {
+  /** Fires the grant's lost signal: the backend learns of a lost session or key without asking. */
   readonly lost: AbortController;
 }
 
@@ -42,7 +43,7 @@ export interface EtcdBackendConfig {
  * name share a key (LocalQueues); the fencing token is the key's create revision shifted left by
  * 16 bits, plus the caller's turn under that key.
  */
-export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, HeldEtcdLock> implements LockBackend {
+export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGrant> implements LockBackend {
   readonly name = 'etcd';
   readonly maxKeyBytes = 1024;
   readonly address: string;

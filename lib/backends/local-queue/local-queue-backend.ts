@@ -4,7 +4,7 @@ import type { Batch } from './batch';
 import { LocalQueues, type BatchEntries } from './local-queues';
 
 /** A grant the backend gave, and the batch it was served under. */
-export interface HeldLock<B extends Batch> {
+export interface ServedGrant<B extends Batch> {
   readonly grant: LockGrant;
   readonly batch: B;
 }
@@ -25,7 +25,7 @@ export interface LocalQueueBackendOptions {
  * acquire, the local check of tryAcquire, and release by the held grant. A backend adds its
  * BatchEntries, its batches (newBatch) and its server's try (tryTake).
  */
-export abstract class LocalQueueBackend<B extends Batch, H extends HeldLock<B> = HeldLock<B>> implements BatchEntries<B> {
+export abstract class LocalQueueBackend<B extends Batch, H extends ServedGrant<B> = ServedGrant<B>> implements BatchEntries<B> {
   protected readonly lifecycle: BackendLifecycle;
   /** This process's callers by lock name, in batches behind one server entry each. */
   protected readonly queues: LocalQueues<B>;

@@ -4,7 +4,7 @@ import { LockBackendError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
-import { LocalQueueBackend, type HeldLock } from '../local-queue/local-queue-backend';
+import { LocalQueueBackend, type ServedGrant } from '../local-queue/local-queue-backend';
 import { RedisBatch } from './redis-batch';
 import { BatchLeases, isLate } from './redis-batch-leases';
 import { RedisConnections } from './redis-connection';
@@ -23,7 +23,7 @@ import { forceReleaseRedisLock, inspectRedisLock } from './redis-inspect';
 const MIN_HANDOVER_VALIDITY_MS = 50;
 const logger = new Logger('DistributedLock');
 
-interface HeldRedisLock extends HeldLock<RedisBatch> {
+interface ServedRedisGrant extends ServedGrant<RedisBatch> {
   /** The ttl the holder's lease has at Redis once renewed for it. */
   ttlMs: number;
 }
@@ -34,7 +34,7 @@ interface HeldRedisLock extends HeldLock<RedisBatch> {
  * while it holds; the release script makes the next entry the owner and publishes the grant on
  * that entry's process channel, so an entry owns the lock when the message arrives. See docs/redis.md.
  */
-export class RedisLockBackend extends LocalQueueBackend<RedisBatch, HeldRedisLock> implements LockBackend {
+export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisGrant> implements LockBackend {
   readonly name = 'redis';
   /** Names are percent-encoded into the hash tag (up to 3x); Redis takes far longer keys. */
   readonly maxKeyBytes = 1024;

@@ -1,6 +1,6 @@
 import { DistributedLockError } from '../../errors';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
-import { LocalQueueBackend, type HeldLock } from '../local-queue/local-queue-backend';
+import { LocalQueueBackend, type ServedGrant } from '../local-queue/local-queue-backend';
 import type { ZkModule, ZkStat } from './zookeeper-client';
 import { ZooKeeperBatch, type QueuePlace } from './zookeeper-batch';
 import { ZooKeeperInspector } from './zookeeper-inspect';
@@ -12,7 +12,8 @@ import { ZooKeeperRenewals } from './zookeeper-renewals';
 import type { ZooKeeperSession, ZooKeeperSessionOptions } from './zookeeper-session';
 import { ZooKeeperSessions } from './zookeeper-sessions';
 
-interface HeldZooKeeperLock extends HeldLock<ZooKeeperBatch> {
+interface ServedZooKeeperGrant extends ServedGrant<ZooKeeperBatch> {
+  /** Fires the grant's lost signal: the backend learns of a lost session or key without asking. */
   readonly lost: AbortController;
 }
 
@@ -24,7 +25,7 @@ interface HeldZooKeeperLock extends HeldLock<ZooKeeperBatch> {
  * with no round trip between them; the fencing token is `(czxid << 16) + turn`. One session per
  * backend, opened in the background at creation; a node lives as long as its session.
  */
-export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch, HeldZooKeeperLock> implements LockBackend {
+export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch, ServedZooKeeperGrant> implements LockBackend {
   readonly name = 'zookeeper';
   /** Longer keys are hashed by LockService first; lockNodeName hashes encoded names above 240 chars itself. */
   readonly maxKeyBytes = 4096;
@@ -308,7 +309,7 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch, Held
   }
 
   /** Only the very grant object this backend gave matches, not a copy of it. */
-  protected override heldFor(grant: LockGrant): HeldZooKeeperLock | undefined {
+  protected override heldFor(grant: LockGrant): ServedZooKeeperGrant | undefined {
     const held = super.heldFor(grant);
     return held?.grant === grant ? held : undefined;
   }
