@@ -2,10 +2,8 @@ import type { Etcd3, ITxnRequest, ITxnResponse } from 'etcd3';
 import { LockBackendError, LockServerUnreachableError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
-import { BackendLifecycle } from '../backend-lifecycle';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
-import type { BatchEntries } from '../local-queue/local-queues';
-import { LocalQueues } from '../local-queue/local-queues';
+import { LocalQueueBackend, type ServedGrant } from '../local-queue/local-queue-backend';
 import { EtcdAcquisition, watchSafetyNetMs } from './etcd-acquisition';
 import { EtcdCalls } from './etcd-calls';
 import { ATTEMPTS, createEtcdClient, suppliedClientAddress } from './etcd-client';
@@ -20,10 +18,9 @@ import { SessionRanOut, type EtcdSession } from './etcd-session';
 import { EtcdSessions } from './etcd-sessions';
 import { LocalFollowers } from './local-followers';
 
-interface HeldLock {
-  readonly grant: LockGrant;
+interface ServedEtcdGrant extends ServedGrant<EtcdBatch> {
+  /** Fires the grant's lost signal: the backend learns of a lost session or key without asking. */
   readonly lost: AbortController;
-  readonly batch: EtcdBatch;
 }
 
 /** What the backend needs besides the client; see createEtcdBackend. */
@@ -46,21 +43,12 @@ export interface EtcdBackendConfig {
  * name share a key (LocalQueues); the fencing token is the key's create revision shifted left by
  * 16 bits, plus the caller's turn under that key.
  */
-export class EtcdLockBackend implements LockBackend, BatchEntries<EtcdBatch> {
+export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGrant> implements LockBackend {
   readonly name = 'etcd';
   readonly maxKeyBytes = 1024;
   readonly address: string;
-  private readonly lifecycle = new BackendLifecycle('etcd');
   private readonly calls: EtcdCalls;
   private readonly sessions: EtcdSessions;
-  private readonly held = new Map<string, HeldLock>();
-  /** This process's callers by lock name, in batches behind one key each. */
-  private readonly queues = new LocalQueues<EtcdBatch>(
-    this,
-    (name, id) => new EtcdBatch(name, id),
-    () => this.lifecycle.isOpen,
-    () => this.lifecycle.closedWhileWaiting(),
-  );
   /** Queued batches by their own key (latin1), for the hand-off of a local release. */
   private readonly waiting = new Map<string, EtcdAcquisition>();
   private readonly deletes: EtcdKeyDeletes;
@@ -73,6 +61,7 @@ export class EtcdLockBackend implements LockBackend, BatchEntries<EtcdBatch> {
     private readonly client: Etcd3,
     private readonly config: EtcdBackendConfig,
   ) {
+    super('etcd');
     this.address = config.address;
     const callTimeoutMs = config.ownsClient ? undefined : config.serverTimeoutMs;
     this.calls = new EtcdCalls(client, config.address, config.attemptTimeoutMs, callTimeoutMs, config.usesTls);
@@ -99,29 +88,9 @@ export class EtcdLockBackend implements LockBackend, BatchEntries<EtcdBatch> {
     await this.calls.ping();
   }
 
-  /**
-   * Joins this process's batch for the name (LocalQueues). The wait is bounded by the request's
-   * signal only: LockService aborts it at waitTimeoutMs and asks unreachable() why.
-   */
-  async acquire(request: AcquireRequest): Promise<LockGrant> {
-    this.lifecycle.assertOpen();
-    request.signal.throwIfAborted();
-    return this.queues.acquire(request);
-  }
-
-  /**
-   * One transaction: put our key only if no key exists under the name. A name this process is
-   * already queued on is taken: null at once.
-   */
-  async tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
-    this.lifecycle.assertOpen();
-    return this.tryTake(request, true);
-  }
-
-  /** `retryOnNewSession`: as for send(). */
-  private async tryTake(request: Omit<AcquireRequest, 'signal'>, retryOnNewSession: boolean): Promise<LockGrant | null> {
+  /** One transaction: put our key only if no key exists under the name. `retryOnNewSession`: as for send(). */
+  protected async tryTake(request: Omit<AcquireRequest, 'signal'>, retryOnNewSession = true): Promise<LockGrant | null> {
     const { key, owner } = request;
-    if (this.queues.has(key)) return null;
     const session = await this.sessions.session('take a lock');
     const batch = new EtcdBatch(key, owner);
     batch.keys = lockKeys(key, session.leaseId, owner);
@@ -131,7 +100,7 @@ export class EtcdLockBackend implements LockBackend, BatchEntries<EtcdBatch> {
       response = await this.txn(session, 'take a lock', tryTakeTxn(batch.keys, session.leaseId));
     } catch (error) {
       this.deletes.deleteUnsure(batch.keys, session);
-      if (retryOnNewSession && this.sessionDropped(session, error)) return this.tryTake(request, false);
+      if (retryOnNewSession && this.sessionDropped(session, error)) return this.queues.has(key) ? null : this.tryTake(request, false);
       throw error;
     }
     if (!response.succeeded) return null;
@@ -169,18 +138,6 @@ export class EtcdLockBackend implements LockBackend, BatchEntries<EtcdBatch> {
   async forceRelease(key: string): Promise<boolean> {
     this.lifecycle.assertOpen();
     return this.inspector.forceRelease(key);
-  }
-
-  /**
-   * The next caller of this batch gets the lock with no round trip (LocalQueues.release); with
-   * no caller left one transaction deletes our key, and grants a batch of this process that its
-   * answer shows as the lowest key.
-   */
-  async release(grant: LockGrant, validForMs?: number): Promise<void> {
-    const held = this.heldFor(grant);
-    if (!held) return;
-    this.held.delete(grant.owner);
-    await this.queues.release(held.batch, validForMs);
   }
 
   async close(): Promise<void> {
@@ -248,7 +205,7 @@ export class EtcdLockBackend implements LockBackend, BatchEntries<EtcdBatch> {
     batch.acquisition?.stop(reason);
   }
 
-  /** BatchEntries: the key goes, granting the next batch of the process if it is next. */
+  /** BatchEntries: one transaction deletes the key, and grants a batch of this process that its answer shows as the lowest key. */
   async remove(batch: EtcdBatch): Promise<void> {
     await this.deletes.delete(batch.keys!, batch.entryToken, batch.session!);
   }
@@ -272,6 +229,10 @@ export class EtcdLockBackend implements LockBackend, BatchEntries<EtcdBatch> {
     // A put that committed late is no longer the lowest: its callers start again.
     void this.deletes.delete(batch.keys!, batch.entryToken, batch.session!).catch(() => undefined);
     return new LockBackendError('etcd', 'keep its place in the queue', new Error('another key now precedes the lock key'), this.address);
+  }
+
+  protected newBatch(name: string, id: string): EtcdBatch {
+    return new EtcdBatch(name, id);
   }
 
   /** BatchEntries: the grant of a caller served under the batch's key. */
@@ -326,12 +287,6 @@ export class EtcdLockBackend implements LockBackend, BatchEntries<EtcdBatch> {
    */
   private sessionDropped(session: EtcdSession, error: unknown): boolean {
     return !session.alive && this.lifecycle.isOpen && !(error instanceof LockServerUnreachableError);
-  }
-
-  /** The held lock of this very grant: a stale grant of a reused owner id does not match. */
-  private heldFor(grant: LockGrant): HeldLock | undefined {
-    const held = this.held.get(grant.owner);
-    return held?.grant.fencingToken === grant.fencingToken ? held : undefined;
   }
 
   private keyGone(operation: string): LockBackendError {

@@ -4,11 +4,9 @@ import type { ClientConfig, Pool, PoolConfig } from 'pg';
 import { LockBackendError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
-import { BackendLifecycle } from '../backend-lifecycle';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import { loadPeer } from '../load-peer';
-import type { BatchEntries } from '../local-queue/local-queues';
-import { LocalQueues } from '../local-queue/local-queues';
+import { LocalQueueBackend } from '../local-queue/local-queue-backend';
 import { ServerClock } from '../server-clock';
 import { PostgresBatch } from './postgres-batch';
 import { PostgresCalls } from './postgres-calls';
@@ -36,34 +34,26 @@ const LATE_GRANT_SHARE = 1 / 3;
 const SWEEP_EVERY_MS = 60_000;
 const CREATE_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('nest-distributed-lock schema'));\n";
 
-interface HeldLock {
-  readonly grant: LockGrant;
-  readonly batch: PostgresBatch;
-}
-
 /**
  * Locks in PostgreSQL as lease rows, not held connections: one row per held name (owner, fence
  * from a sequence, expiry on the database's clock), a FIFO queue table, and a hand-off in the
  * releasing statement that notifies the next waiter's process on its own channel. A process's
  * callers of one name share one queue entry (LocalQueues). See docs/postgres.md.
  */
-export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBatch> {
+export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implements LockBackend {
   readonly name = 'postgres';
   readonly maxKeyBytes = 1024;
   readonly address: string;
   /** Names this process's channel and entries: 72 random bits. */
   private readonly clientId = randomBytes(9).toString('hex');
-  private readonly lifecycle = new BackendLifecycle('postgres');
   private readonly calls: PostgresCalls;
   private readonly sql: Statements;
   private readonly listener: PostgresListener;
   private readonly clock = new ServerClock();
   /** One loss signal for every grant: the backend learns of a lost lease only by asking (renew), except at close. */
   private readonly closing = new AbortController();
-  private readonly held = new Map<string, HeldLock>();
   /** Entries being queued or waiting at the server, by entry owner: where a notified grant goes. */
   private readonly entries = new Map<string, PostgresBatch>();
-  private readonly queues: LocalQueues<PostgresBatch>;
   private readonly safetyNet: PostgresSafetyNet;
   /** Entries queued, and entries released, by many callers at once share statements (a burst of distinct names). */
   private readonly queueing: StatementCoalescer<PostgresBatch, AcquireRow>;
@@ -80,6 +70,8 @@ export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBa
     options: PostgresBackendOptions,
     settings: BackendSettings,
   ) {
+    // The callers of one tick share an entry; an uncontended acquisition waits for no loop turn.
+    super('postgres', { sendSoon: (send) => process.nextTick(send) });
     this.address = address;
     const names = namesOf(options);
     this.sql = statements(names);
@@ -89,14 +81,6 @@ export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBa
       this.sql.renew,
     ]);
     this.inspector = new PostgresInspector(this.calls, names);
-    this.queues = new LocalQueues<PostgresBatch>(
-      this,
-      (name, id) => new PostgresBatch(name, id, this.clientId),
-      () => this.lifecycle.isOpen,
-      () => this.lifecycle.closedWhileWaiting(),
-      // The callers of one tick share an entry; an uncontended acquisition waits for no loop turn.
-      (send) => process.nextTick(send),
-    );
     this.safetyNet = new PostgresSafetyNet(this.calls, this.sql, `lock_${this.clientId}`, this.clock, () => this.waitingEntries(), {
       granted: (batch, fence, leaseEndsAfter) => this.granted(batch, fence, leaseEndsAfter - batch.ttlMs),
       left: (batch) => void this.letGo(batch),
@@ -158,17 +142,8 @@ export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBa
     await this.calls.query('answer a ping', 'SELECT 1', []);
   }
 
-  /** Joins this process's batch for the name (LocalQueues); bounded by the request's signal. */
-  async acquire(request: AcquireRequest): Promise<LockGrant> {
-    this.lifecycle.assertOpen();
-    request.signal.throwIfAborted();
-    return this.queues.acquire(request);
-  }
-
-  /** One statement: take the lock if it is free and nobody waits. A name this process queues for is busy. */
-  async tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
-    this.lifecycle.assertOpen();
-    if (this.queues.has(request.key)) return null;
+  /** One statement: take the lock if it is free and nobody waits. */
+  protected async tryTake(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
     const batch = new PostgresBatch(request.key, `~t${(trySeq++).toString(36)}`, this.clientId);
     batch.ttlMs = Math.ceil(request.ttlMs);
     const sentAt = performance.now();
@@ -196,14 +171,6 @@ export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBa
     this.held.delete(grant.owner);
     this.entryLost(held.batch, 'renew a lock');
     return false;
-  }
-
-  /** The next caller of this batch gets the lock with no round trip (LocalQueues); with none left, the release statement hands it on. */
-  async release(grant: LockGrant, validForMs?: number): Promise<void> {
-    const held = this.heldFor(grant);
-    if (!held) return;
-    this.held.delete(grant.owner);
-    await this.queues.release(held.batch, validForMs);
   }
 
   async close(): Promise<void> {
@@ -389,10 +356,8 @@ export class PostgresLockBackend implements LockBackend, BatchEntries<PostgresBa
     return new LockBackendError('postgres', operation, new Error('the lease row is gone: it expired and another holder took the lock, or an operator removed it'), this.address);
   }
 
-  /** The held lock of this very grant: a forged or stale grant with a reused owner id does not match. */
-  private heldFor(grant: LockGrant): HeldLock | undefined {
-    const held = this.held.get(grant.owner);
-    return held?.grant.fencingToken === grant.fencingToken ? held : undefined;
+  protected newBatch(name: string, id: string): PostgresBatch {
+    return new PostgresBatch(name, id, this.clientId);
   }
 }
 

@@ -2,10 +2,9 @@ import { Logger } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import { LockBackendError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
-import { BackendLifecycle } from '../backend-lifecycle';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
-import { LocalQueues, type BatchEntries } from '../local-queue/local-queues';
+import { LocalQueueBackend, type ServedGrant } from '../local-queue/local-queue-backend';
 import { RedisBatch } from './redis-batch';
 import { BatchLeases, isLate } from './redis-batch-leases';
 import { RedisConnections } from './redis-connection';
@@ -24,9 +23,7 @@ import { forceReleaseRedisLock, inspectRedisLock } from './redis-inspect';
 const MIN_HANDOVER_VALIDITY_MS = 50;
 const logger = new Logger('DistributedLock');
 
-interface HeldLock {
-  readonly grant: LockGrant;
-  readonly batch: RedisBatch;
+interface ServedRedisGrant extends ServedGrant<RedisBatch> {
   /** The ttl the holder's lease has at Redis once renewed for it. */
   ttlMs: number;
 }
@@ -37,7 +34,7 @@ interface HeldLock {
  * while it holds; the release script makes the next entry the owner and publishes the grant on
  * that entry's process channel, so an entry owns the lock when the message arrives. See docs/redis.md.
  */
-export class RedisLockBackend implements LockBackend, BatchEntries<RedisBatch> {
+export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisGrant> implements LockBackend {
   readonly name = 'redis';
   /** Names are percent-encoded into the hash tag (up to 3x); Redis takes far longer keys. */
   readonly maxKeyBytes = 1024;
@@ -45,20 +42,9 @@ export class RedisLockBackend implements LockBackend, BatchEntries<RedisBatch> {
   /** 96 random bits, short: it names the grant channel and every entry of this process. */
   private readonly clientId = randomBytes(12).toString('base64url');
   private readonly channel = GRANT_CHANNEL_PREFIX + this.clientId;
-  private readonly lifecycle = new BackendLifecycle('redis');
-  /** This process's callers by lock name, in batches behind one queue entry each. */
-  private readonly queues = new LocalQueues<RedisBatch>(
-    this,
-    (name, id) => new RedisBatch(name, id, this.clientId + id),
-    () => this.lifecycle.isOpen,
-    () => this.lifecycle.closedWhileWaiting(),
-    // The callers of one tick share an entry; an uncontended acquisition waits for no loop turn.
-    (send) => process.nextTick(send),
-  );
   /** Batches whose entry is at the server (sent, queued or holding), by the entry's owner id. */
   private readonly entries = new Map<string, RedisBatch>();
   private readonly watches = new KeyWatches<RedisBatch>((key, watch) => void this.check(key, watch));
-  private readonly held = new Map<string, HeldLock>();
   private readonly leases = new BatchLeases({
     renew: (batch, ttlMs) => this.commands.renew(batch.name, batch.ownerValue, ttlMs, 'hand over'),
     holderTtl: (batch) => (batch.holder === undefined ? undefined : this.held.get(batch.holder)?.ttlMs),
@@ -78,6 +64,11 @@ export class RedisLockBackend implements LockBackend, BatchEntries<RedisBatch> {
    * docs/redis.md, "When the server is down"). Use createRedisBackend().
    */
   constructor(options: RedisBackendOptions, settings: BackendSettings) {
+    super('redis', {
+      // The callers of one tick share an entry; an uncontended acquisition waits for no loop turn.
+      sendSoon: (send) => process.nextTick(send),
+      signalOnlyWhenWaiting: true,
+    });
     validateRedisOptions(options);
     this.connections = new RedisConnections(options, settings, this.channel, () => {
       // Grants published while the subscriber was reconnecting are lost: check every waiting key now.
@@ -107,22 +98,14 @@ export class RedisLockBackend implements LockBackend, BatchEntries<RedisBatch> {
     await this.connections.send(this.connections.client.ping(), 'answer a PING');
   }
 
-  /** Joins this process's batch for the name (LocalQueues), bounded by the request's signal. */
-  acquire(request: AcquireRequest): Promise<LockGrant> {
-    try {
-      this.lifecycle.assertOpen();
-    } catch (error) {
-      return Promise.reject(error);
-    }
-    // Until the grant channel is subscribed a pushed grant would be lost: wait for it, bounded.
-    if (!this.connections.subscribed) return this.connections.whenSubscribed(`acquire "${request.key}"`, request.signal).then(() => this.acquire(request));
-    return this.queues.acquire(request);
+  /** Until the grant channel is subscribed a pushed grant would be lost: an acquisition waits for it, bounded. */
+  override acquire(request: AcquireRequest): Promise<LockGrant> {
+    if (this.lifecycle.isOpen && !this.connections.subscribed) return this.connections.whenSubscribed(`acquire "${request.key}"`, request.signal).then(() => this.acquire(request));
+    return super.acquire(request);
   }
 
-  /** The acquire script without queueing. A name this process queues for or holds is taken: null at once. */
-  async tryAcquire({ key, owner, ttlMs }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
-    this.lifecycle.assertOpen();
-    if (this.queues.has(key)) return null;
+  /** The acquire script without queueing. */
+  protected async tryTake({ key, owner, ttlMs }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
     const sentAt = performance.now();
     const ttl = Math.ceil(ttlMs);
     try {
@@ -154,15 +137,12 @@ export class RedisLockBackend implements LockBackend, BatchEntries<RedisBatch> {
   }
 
   /**
-   * The next caller of the batch holds the lock from now, with no round trip (LocalQueues.release,
-   * see grant); with nobody left the release script hands the lock on through Redis.
+   * A lease handed over with less than MIN_HANDOVER_VALIDITY_MS left is confirmed with Redis
+   * first. None after close(): it released what was held, and the connections are gone.
    */
-  release(grant: LockGrant, validForMs?: number): Promise<void> {
-    const held = this.heldFor(grant);
-    // None after close(): it released what was held, and the connections are gone.
-    if (!held || this.connections.closed) return Promise.resolve();
-    this.held.delete(grant.owner);
-    return this.queues.release(held.batch, validForMs !== undefined && validForMs >= MIN_HANDOVER_VALIDITY_MS ? validForMs : undefined);
+  override release(grant: LockGrant, validForMs?: number): Promise<void> {
+    if (this.connections.closed) return Promise.resolve();
+    return super.release(grant, validForMs !== undefined && validForMs >= MIN_HANDOVER_VALIDITY_MS ? validForMs : undefined);
   }
 
   async close(): Promise<void> {
@@ -234,6 +214,11 @@ export class RedisLockBackend implements LockBackend, BatchEntries<RedisBatch> {
     const grant = this.leases.next(batch, ttl, handedOverForMs, { key, owner, fencingToken: batch.token(), lost: this.closing.signal });
     this.held.set(owner, { grant, batch, ttlMs: ttl });
     return grant;
+  }
+
+  /** Its entry's owner id names this process and the batch. */
+  protected newBatch(name: string, id: string): RedisBatch {
+    return new RedisBatch(name, id, this.clientId + id);
   }
 
   private sendAcquire(batch: RedisBatch): void {
@@ -371,12 +356,6 @@ export class RedisLockBackend implements LockBackend, BatchEntries<RedisBatch> {
   private forget(batch: RedisBatch): void {
     if (this.entries.get(batch.owner) === batch) this.entries.delete(batch.owner);
     this.watches.remove(batch.name, batch.owner);
-  }
-
-  /** The held lock of this very grant: a stale grant of a reused owner id does not match. */
-  private heldFor(grant: LockGrant): HeldLock | undefined {
-    const held = this.held.get(grant.owner);
-    return held?.grant.fencingToken === grant.fencingToken ? held : undefined;
   }
 }
 

@@ -2,9 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { LockBackendError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
-import { BackendLifecycle } from '../backend-lifecycle';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
-import { LocalQueues, type BatchEntries } from '../local-queue/local-queues';
+import { LocalQueueBackend } from '../local-queue/local-queue-backend';
 import { RedlockAcquisition, UNREACHABLE_RETRY_MS, type AcquisitionTiming } from './redlock-acquisition';
 import { RedlockBatch } from './redlock-batch';
 import { forceReleaseRedlock, inspectRedlock } from './redlock-inspect';
@@ -18,11 +17,6 @@ import {
 } from './redlock-options';
 import { WAKE_CHANNEL_PREFIX } from './redlock-scripts';
 import { RedlockVotes } from './redlock-votes';
-
-interface HeldLock {
-  readonly grant: LockGrant;
-  readonly batch: RedlockBatch;
-}
 
 /** The longest a waiter goes without voting again, in case a master's word was lost. */
 const SAFETY_NET_MS = 1_000;
@@ -41,28 +35,17 @@ let trySeq = 0;
  * `appendfsync always` (or its keys evicted), or clocks that jump or drift beyond driftFactor,
  * can let two holders in at once and give a later grant a lower token.
  */
-export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatch> {
+export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implements LockBackend {
   readonly name = 'redlock';
   /** Leaves room for the suffixes of the fence and waiter keys. */
   readonly maxKeyBytes = 1000;
   readonly address: string;
-  private readonly lifecycle = new BackendLifecycle('redlock');
   /** This process on the masters: its wake channel and its place among a name's waiters. */
   private readonly waiterId = randomBytes(12).toString('base64url');
   private readonly masters: RedlockMasters;
   private readonly votes: RedlockVotes;
-  private readonly held = new Map<string, HeldLock>();
   /** The batch of each name that is voting or waiting for a word (one per name: LocalQueues sends one at a time). */
   private readonly waiting = new Map<string, RedlockAcquisition>();
-  private readonly queues = new LocalQueues<RedlockBatch>(
-    this,
-    (name, id) => new RedlockBatch(name, this.waiterId + id),
-    () => this.lifecycle.isOpen,
-    () => this.lifecycle.closedWhileWaiting(),
-    // A vote goes out in the tick its first caller arrived: an uncontended acquisition does not
-    // wait a turn of the event loop. A burst's callers arrive in one tick and still share a vote.
-    (send) => process.nextTick(send),
-  );
   /**
    * Every grant's lost signal: aborted only at close(). A holder whose entry lost its majority
    * learns it from its renewal (renew() answers false), so one signal serves them all, and no
@@ -76,6 +59,9 @@ export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatc
     options: RedlockBackendOptions,
     private readonly settings: BackendSettings,
   ) {
+    // A vote goes out in the tick its first caller arrived: an uncontended acquisition does not
+    // wait a turn of the event loop. A burst's callers arrive in one tick and still share a vote.
+    super('redlock', { sendSoon: (send) => process.nextTick(send) });
     const requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
     const driftFactor = options.driftFactor ?? DEFAULT_DRIFT_FACTOR;
     this.masters = new RedlockMasters(options, settings, requestTimeoutMs, settings.serverTimeoutMs, WAKE_CHANNEL_PREFIX + this.waiterId, this.onWord, this.onResubscribed);
@@ -114,25 +100,12 @@ export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatc
     await this.masters.ping();
   }
 
-  /** Not async: each promise layer costs an uncontended cycle its share (see docs/redlock.md, "Benchmark"). */
-  acquire(request: AcquireRequest): Promise<LockGrant> {
-    try {
-      this.lifecycle.assertOpen();
-      request.signal.throwIfAborted();
-    } catch (error) {
-      return Promise.reject(error);
-    }
-    return this.queues.acquire(request);
-  }
-
   /**
    * One vote, never queued. Null when a majority refused; LockServerUnreachableError naming the
    * masters that did not answer when too few answered to tell for serverTimeoutMs.
    */
-  async tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
-    this.lifecycle.assertOpen();
+  protected async tryTake(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
     const { key, owner, ttlMs } = request;
-    if (this.queues.has(key)) return null;
     const batch = new RedlockBatch(key, `${this.waiterId}~t${(trySeq++).toString(36)}`);
     batch.ttlMs = ttlMs;
     const startedAt = performance.now();
@@ -173,14 +146,6 @@ export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatc
     this.held.delete(grant.owner);
     this.entryLost(batch);
     return false;
-  }
-
-  /** The next caller of the batch gets the lock with no round trip; with nobody left, the entry is released everywhere. */
-  release(grant: LockGrant, validForMs?: number): Promise<void> {
-    const held = this.heldFor(grant);
-    if (!held) return Promise.resolve();
-    this.held.delete(grant.owner);
-    return this.queues.release(held.batch, validForMs);
   }
 
   async close(): Promise<void> {
@@ -311,10 +276,9 @@ export class RedlockLockBackend implements LockBackend, BatchEntries<RedlockBatc
     return new LockBackendError('redlock', operation, new Error('a majority of masters no longer hold this entry (its keys expired, or a master lost them)'), this.address);
   }
 
-  /** The held lock of this very grant: a stale grant of a reused owner id does not match. */
-  private heldFor(grant: LockGrant): HeldLock | undefined {
-    const held = this.held.get(grant.owner);
-    return held?.grant.fencingToken === grant.fencingToken ? held : undefined;
+  /** Its entry's id names this process on the masters, and the batch. */
+  protected newBatch(name: string, id: string): RedlockBatch {
+    return new RedlockBatch(name, this.waiterId + id);
   }
 }
 

@@ -1,7 +1,6 @@
 import { DistributedLockError } from '../../errors';
-import { BackendLifecycle } from '../backend-lifecycle';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
-import { LocalQueues, type BatchEntries } from '../local-queue/local-queues';
+import { LocalQueueBackend, type ServedGrant } from '../local-queue/local-queue-backend';
 import type { ZkModule, ZkStat } from './zookeeper-client';
 import { ZooKeeperBatch, type QueuePlace } from './zookeeper-batch';
 import { ZooKeeperInspector } from './zookeeper-inspect';
@@ -13,11 +12,9 @@ import { ZooKeeperRenewals } from './zookeeper-renewals';
 import type { ZooKeeperSession, ZooKeeperSessionOptions } from './zookeeper-session';
 import { ZooKeeperSessions } from './zookeeper-sessions';
 
-/** A grant of this backend, and the batch it was served under. */
-interface HeldLock {
-  readonly grant: LockGrant;
+interface ServedZooKeeperGrant extends ServedGrant<ZooKeeperBatch> {
+  /** Fires the grant's lost signal: the backend learns of a lost session or key without asking. */
   readonly lost: AbortController;
-  readonly batch: ZooKeeperBatch;
 }
 
 /**
@@ -28,20 +25,11 @@ interface HeldLock {
  * with no round trip between them; the fencing token is `(czxid << 16) + turn`. One session per
  * backend, opened in the background at creation; a node lives as long as its session.
  */
-export class ZooKeeperLockBackend implements LockBackend, BatchEntries<ZooKeeperBatch> {
+export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch, ServedZooKeeperGrant> implements LockBackend {
   readonly name = 'zookeeper';
   /** Longer keys are hashed by LockService first; lockNodeName hashes encoded names above 240 chars itself. */
   readonly maxKeyBytes = 4096;
-  private readonly lifecycle = new BackendLifecycle('ZooKeeper');
   private readonly sessions: ZooKeeperSessions;
-  private readonly held = new Map<string, HeldLock>();
-  /** This process's callers by lock name, in batches behind one node each. */
-  private readonly queues = new LocalQueues<ZooKeeperBatch>(
-    this,
-    (name, id) => this.newBatch(name, id),
-    () => this.lifecycle.isOpen,
-    () => this.lifecycle.closedWhileWaiting(),
-  );
   private readonly parents: LockParents;
   private readonly nodes: LockNodes;
   private readonly places: QueuePlaces;
@@ -55,6 +43,7 @@ export class ZooKeeperLockBackend implements LockBackend, BatchEntries<ZooKeeper
     private readonly options: ZooKeeperSessionOptions,
     serverTimeoutMs: number,
   ) {
+    super('ZooKeeper');
     this.sessions = new ZooKeeperSessions(zk, options, serverTimeoutMs);
     this.parents = new LockParents(() => this.sessions.connected('remove an idle lock name', undefined));
     this.nodes = new LockNodes(this.parents, options.rootPath);
@@ -81,23 +70,11 @@ export class ZooKeeperLockBackend implements LockBackend, BatchEntries<ZooKeeper
     await this.sessions.bounded(session.exists(this.options.rootPath), 'answer a ping');
   }
 
-  /**
-   * Joins this process's batch for the name (LocalQueues). Ends with the caller's signal, or once
-   * the server has been unreachable for serverTimeoutMs while the batch waited (see send).
-   */
-  async acquire(request: AcquireRequest): Promise<LockGrant> {
-    this.lifecycle.assertOpen();
-    request.signal.throwIfAborted();
-    return this.queues.acquire(request);
-  }
-
-  /** A node of its own, deleted again unless it is the lowest. A name this process queues on is busy: null at once. */
-  async tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
-    this.lifecycle.assertOpen();
-    if (this.queues.has(request.key)) return null;
+  /** A node of its own, deleted again unless it is the lowest (takeIfLowest), bounded as every call is. */
+  protected async tryTake(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
     const ended = new AbortController();
     this.tries.add(ended);
-    const running = this.tryTake(request, ended.signal).then((grant) => {
+    const running = this.takeIfLowest(request, ended.signal).then((grant) => {
       // Granted as the call ended: give it back.
       if (grant && ended.signal.aborted) this.release(grant).catch(() => undefined);
       return grant;
@@ -143,18 +120,6 @@ export class ZooKeeperLockBackend implements LockBackend, BatchEntries<ZooKeeper
   async forceRelease(key: string): Promise<boolean> {
     this.lifecycle.assertOpen();
     return this.inspector.forceRelease(key);
-  }
-
-  /**
-   * The next caller of the batch gets the lock with no round trip (LocalQueues.release); with
-   * nobody left the node is deleted, which wakes the next batch in the queue. A lock lost with
-   * its session or node is no longer held here: nothing to do.
-   */
-  async release(grant: LockGrant, validForMs?: number): Promise<void> {
-    const held = this.heldFor(grant);
-    if (!held) return;
-    this.held.delete(grant.owner);
-    await this.queues.release(held.batch, validForMs);
   }
 
   async close(): Promise<void> {
@@ -251,11 +216,11 @@ export class ZooKeeperLockBackend implements LockBackend, BatchEntries<ZooKeeper
     return grant;
   }
 
-  private newBatch(name: string, id: string): ZooKeeperBatch {
+  protected newBatch(name: string, id: string): ZooKeeperBatch {
     return new ZooKeeperBatch(name, id, `${this.options.rootPath}/${lockNodeName(name)}`);
   }
 
-  private async tryTake(request: Omit<AcquireRequest, 'signal'>, stop: AbortSignal): Promise<LockGrant | null> {
+  private async takeIfLowest(request: Omit<AcquireRequest, 'signal'>, stop: AbortSignal): Promise<LockGrant | null> {
     const batch = this.newBatch(request.key, request.owner);
     const place = await this.places.tryTake(batch, stop).catch((error: unknown) => {
       this.parentIdle(batch, batch.session);
@@ -343,9 +308,9 @@ export class ZooKeeperLockBackend implements LockBackend, BatchEntries<ZooKeeper
     this.parents.idle(batch.parent, session && !session.alive ? Math.max(PARENT_IDLE_MS, session.timeoutMs) : PARENT_IDLE_MS);
   }
 
-  /** The held lock of this very grant: a stale grant of a reused owner id does not match. */
-  private heldFor(grant: LockGrant): HeldLock | undefined {
-    const held = this.held.get(grant.owner);
+  /** Only the very grant object this backend gave matches, not a copy of it. */
+  protected override heldFor(grant: LockGrant): ServedZooKeeperGrant | undefined {
+    const held = super.heldFor(grant);
     return held?.grant === grant ? held : undefined;
   }
 }
