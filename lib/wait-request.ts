@@ -1,6 +1,7 @@
 import type { AcquireRequest, LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { deadlines, type Deadline } from './deadlines';
 import { LockServerUnreachableError, LockTimeoutError } from './errors';
+import { whenAborted } from './shared-abort-listeners';
 
 /**
  * One acquisition's request to the backend. Its signal is made only when a backend looks at it
@@ -10,8 +11,8 @@ import { LockServerUnreachableError, LockTimeoutError } from './errors';
 export class WaitRequest implements AcquireRequest {
   private controller?: AbortController;
   private timer?: Deadline;
-  private callerSignal?: AbortSignal;
-  private onCallerAbort?: () => void;
+  /** Stops listening to the caller's signal. */
+  private forgetCallerSignal?: () => void;
   private onStop?: (reason: unknown) => void;
   private stopped?: { reason: unknown };
 
@@ -42,16 +43,12 @@ export class WaitRequest implements AcquireRequest {
         true,
       );
     }
-    if (callerSignal) {
-      this.callerSignal = callerSignal;
-      this.onCallerAbort = () => this.stop(callerSignal.reason);
-      callerSignal.addEventListener('abort', this.onCallerAbort, { once: true });
-    }
+    if (callerSignal) this.forgetCallerSignal = whenAborted(callerSignal, () => this.stop(callerSignal.reason));
   }
 
   stopClock(): void {
     deadlines.cancel(this.timer);
-    if (this.onCallerAbort) this.callerSignal!.removeEventListener('abort', this.onCallerAbort);
+    this.forgetCallerSignal?.();
   }
 
   get signal(): AbortSignal {

@@ -168,6 +168,31 @@ describe('LockService and its leases', () => {
     assert.equal((lock.signal.reason as LockLostError).reason, 'backend-closed');
   });
 
+  it('one signal passed to many waiting calls: no listener-leak warning, and its abort ends every wait with its reason', async () => {
+    const service = lockServiceOver(new MemoryLockBackend());
+    const warnings: string[] = [];
+    const onWarning = (warning: Error) => void warnings.push(`${warning.name}: ${warning.message}`);
+    process.on('warning', onWarning);
+    try {
+      const holder = await service.acquire('shared-signal');
+      const shutdown = new AbortController();
+      const reason = new Error('shutting down');
+      const waits = Array.from({ length: 30 }, () => service.withLock('shared-signal', () => 'ran', { signal: shutdown.signal, waitTimeoutMs: 10_000 }));
+      for (const wait of waits) wait.catch(() => undefined);
+      await sleep(20);
+      shutdown.abort(reason);
+      const settled = await Promise.allSettled(waits);
+      assert.deepEqual(settled.map((result) => (result.status === 'rejected' ? result.reason : result.value)), waits.map(() => reason));
+      await holder.release();
+      // A warning is emitted on the next tick.
+      await sleep(10);
+      assert.deepEqual(warnings.filter((warning) => /MaxListeners/.test(warning)), []);
+    } finally {
+      process.off('warning', onWarning);
+      await service.onApplicationShutdown();
+    }
+  });
+
   it('closing the memory backend fires the lost signal of every lock it holds', async () => {
     const backend = new MemoryLockBackend();
     const service = lockServiceOver(backend);

@@ -7,10 +7,8 @@ import { EtcdCluster } from '../../../servers/etcd-server';
 
 /** Helpers shared by the etcd backend tests. */
 
-const never: AbortSignal = new AbortController().signal;
-
-/** A backend request with a lease long enough never to matter. */
-export function request(key: string, owner: string, signal: AbortSignal = never): AcquireRequest {
+/** A backend request with a lease long enough never to matter, and a signal of its own (as LockService gives each call). */
+export function request(key: string, owner: string, signal: AbortSignal = new AbortController().signal): AcquireRequest {
   return { key, owner, ttlMs: 30_000, signal };
 }
 
