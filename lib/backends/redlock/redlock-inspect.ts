@@ -29,10 +29,12 @@ return 1`,
 
 /**
  * The view a majority of masters agree on: held when one entry holds the lock on a majority;
- * its token is the highest fence among those masters (the vote's token, written back before the
- * grant) as a batch token of the entry's first turn; `expiresInMs` is how long a majority still
- * holds it; `waiting` is a number of waiting processes (one per process and name, however many
- * of its callers wait) that a majority report at least.
+ * its token is the fence that a majority of those masters reach (the vote's token: the highest
+ * counter of the replies that made the majority, written back to a majority before the grant),
+ * as a batch token of the entry's first turn. Not the highest: a master whose grant came after
+ * the vote was decided counted on past the token, and fewer than a majority can have. `expiresInMs`
+ * is how long a majority still holds it; `waiting` is a number of waiting processes (one per
+ * process and name, however many of its callers wait) that a majority report at least.
  */
 export async function inspectRedlock(masters: RedlockMasters, key: string): Promise<LockInspection> {
   const sentAt = performance.now();
@@ -44,7 +46,7 @@ export async function inspectRedlock(masters: RedlockMasters, key: string): Prom
   const owner = [...votes].find(([, count]) => count >= masters.quorum)?.[0];
   if (owner === undefined) return { held: false, waiting };
   const holding = replies.filter(([entry]) => entry === owner);
-  const fence = holding.reduce((highest, [, , counter]) => Math.max(highest, counter), 0);
+  const fence = atLeastOnMajority(holding.map(([, , counter]) => counter), masters.quorum);
   const expiresInMs = atLeastOnMajority(holding.map(([, pttlMs]) => pttlMs), masters.quorum);
   return { held: true, holder: { owner, fencingToken: batchToken(BigInt(fence), 0n), expiresInMs: Math.max(0, expiresInMs) }, waiting };
 }

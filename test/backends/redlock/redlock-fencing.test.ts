@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, describe, it } from 'node:test';
+import { Redis } from 'ioredis';
 import { LockServerUnreachableError } from '../../../lib';
 import { RedisMasters } from '../../../servers/redis-masters';
 import { HolderProcess } from '../../support/holder-process';
-import { FAULT_SUITE_TIMEOUT_MS, assertExclusive, sleep, type HoldInterval } from '../../support/timing';
+import { FAULT_SUITE_TIMEOUT_MS, assertExclusive, eventually, sleep, type HoldInterval } from '../../support/timing';
 import { RedlockClients, newKey } from './redlock-test-kit';
 
 const PERSISTENT = ['--appendonly', 'yes', '--appendfsync', 'always'];
@@ -101,6 +102,36 @@ describe('redlock fencing tokens', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
     assert.ok(intruder.fencingToken <= first.fencingToken, 'the documented failure: the second token is not above the first');
     await intruder.release();
     await first.release();
+  });
+
+  it("inspect shows the holder's token when a master that granted after the vote was decided counted its fence past it", async () => {
+    const masters = await start(3);
+    const key = newKey('late-grant');
+    const here = await clients.add(masters.urls);
+    await (await here.acquire(key)).release();
+    const first = new Redis(masters.urls[0]);
+    try {
+      const [fenceKey] = await first.keys(`*${key}~fence`);
+      assert.ok(fenceKey, 'no fence key on the first master');
+      // The first master's counter far ahead of the others', and its answer late: masters 2 and 3
+      // decide the vote, and the first master counts to 11 when it runs the vote after SIGCONT.
+      await first.set(fenceKey, 10);
+      masters.masters[0].server.pause();
+      let lock;
+      try {
+        lock = await here.acquire(key);
+      } finally {
+        masters.masters[0].server.resume();
+      }
+      const lockKey = fenceKey.slice(0, -'~fence'.length);
+      await eventually(async () => (await first.get(fenceKey)) === '11' && (await first.get(lockKey)) !== null, 5_000, 'the late vote to run on the first master');
+      const view = await here.inspect(key);
+      assert.equal(view.held, true);
+      assert.equal(view.holder?.fencingToken, lock.fencingToken, `inspect says ${view.holder?.fencingToken}, the holder has ${lock.fencingToken}`);
+      await lock.release();
+    } finally {
+      first.disconnect();
+    }
   });
 });
 
