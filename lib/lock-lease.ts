@@ -5,6 +5,7 @@ import { lockChannels, type LostMessage, type ReleasedMessage } from './diagnost
 import { DistributedLockError, LockLostError, LockServerUnreachableError, type LockLostReason } from './errors';
 import { assertTtl } from './lock-options';
 import { withinServerTimeout } from './server-timeout';
+import { listenToAbort, stopListeningToAbort, type AbortWatcher } from './shared-abort-listeners';
 
 /**
  * Local clocks and the server's drift apart, and a grant arrives a little after the server
@@ -17,47 +18,6 @@ export function driftAllowanceMs(ttlMs: number): number {
 const logger = new Logger('DistributedLock');
 
 /**
- * The leases listening to each backend `lost` signal. Backends may share one signal among all
- * their grants (Redis aborts one at close()); EventTarget walks its list of listeners on every
- * add and remove, which with thousands of locks held would cost O(locks) per acquisition. One
- * listener per signal and a Set make joining and leaving O(1); a signal of one grant (memory,
- * etcd, ZooKeeper) keeps its one lease without a Set.
- */
-interface Listening {
-  one?: LockLease;
-  many?: Set<LockLease>;
-}
-const leasesBySignal = new WeakMap<AbortSignal, Listening>();
-
-function listenForLoss(lease: LockLease, signal: AbortSignal): void {
-  let listening = leasesBySignal.get(signal);
-  if (!listening) {
-    const entry: Listening = {};
-    leasesBySignal.set(signal, (listening = entry));
-    signal.addEventListener(
-      'abort',
-      () => {
-        const leases = entry.many ? [...entry.many] : entry.one ? [entry.one] : [];
-        for (const each of leases) each.reportedLost(signal.reason);
-      },
-      { once: true },
-    );
-  }
-  if (listening.many) listening.many.add(lease);
-  else if (!listening.one) listening.one = lease;
-  else {
-    listening.many = new Set([listening.one, lease]);
-    listening.one = undefined;
-  }
-}
-
-function stopListening(lease: LockLease, signal: AbortSignal): void {
-  const listening = leasesBySignal.get(signal);
-  if (listening?.one === lease) listening.one = undefined;
-  else listening?.many?.delete(lease);
-}
-
-/**
  * One granted lease in this process: renews it while held, keeps the local deadline it last
  * confirmed, fires the lost signal the moment the lease is known gone, and releases it once when
  * the last re-entrant holder leaves. LockHandle is the user's view of it.
@@ -65,7 +25,7 @@ function stopListening(lease: LockLease, signal: AbortSignal): void {
  * One deadline per lease (on the process's shared scheduler, see deadlines.ts), at whichever
  * comes first: the next renewal or the end of the lease.
  */
-export class LockLease {
+export class LockLease implements AbortWatcher {
   private readonly lostController = new AbortController();
   private holds = 1;
   private deadline: number;
@@ -109,7 +69,7 @@ export class LockLease {
     if (autoRenew) this.renewAt = nextRenewal(this.interval());
     this.arm();
     if (grant.lost.aborted) this.reportedLost(grant.lost.reason);
-    else listenForLoss(this, grant.lost);
+    else listenToAbort(grant.lost, this);
   }
 
   get signal(): AbortSignal {
@@ -194,6 +154,11 @@ export class LockLease {
   reportedLost(cause: unknown): void {
     const unreachable = cause instanceof LockServerUnreachableError || this.renewFailure !== undefined;
     this.markLost(unreachable ? 'server-unreachable' : 'backend-reported', cause);
+  }
+
+  /** AbortWatcher: the backend's lost signal for this grant fired. */
+  aborted(reason: unknown): void {
+    this.reportedLost(reason);
   }
 
   markLost(reason: LockLostReason, cause?: unknown): void {
@@ -287,7 +252,7 @@ export class LockLease {
 
   private stop(): void {
     deadlines.cancel(this.timer);
-    stopListening(this, this.grant.lost);
+    stopListeningToAbort(this.grant.lost, this);
   }
 
   /**

@@ -1,27 +1,47 @@
-/** The callbacks waiting on each signal: one 'abort' listener per signal, however many wait. */
-const waiting = new WeakMap<AbortSignal, Set<() => void>>();
+/** What listens to a signal through `listenToAbort`. */
+export interface AbortWatcher {
+  /** The signal aborted, with this reason. */
+  aborted(reason: unknown): void;
+}
+
+interface Watching {
+  one?: AbortWatcher;
+  many?: Set<AbortWatcher>;
+}
+const watchersBySignal = new WeakMap<AbortSignal, Watching>();
 
 /**
- * Calls `onAbort` when `signal` aborts, until the returned function is called. A caller may pass
- * one signal (an app's shutdown signal, say) to many calls at once: a listener of its own per
- * call would make Node warn of a leak ("11 abort listeners added") at the eleventh, though each
- * is removed when its call ends. So every call shares the signal's one listener.
+ * Tells `watcher` when `signal` aborts, until `stopListeningToAbort`. Many watchers may share a
+ * signal: a backend's one `lost` signal for all its grants, or one caller signal (an app's
+ * shutdown signal) passed to many calls. A listener each would cost O(watchers) per add and
+ * remove (EventTarget walks its list) and make Node warn of a leak at the eleventh; so each signal
+ * gets one listener, and its watchers a Set, made only once a second one joins.
  */
-export function whenAborted(signal: AbortSignal, onAbort: () => void): () => void {
-  let callbacks = waiting.get(signal);
-  if (!callbacks) {
-    const created = new Set<() => void>();
-    waiting.set(signal, (callbacks = created));
+export function listenToAbort(signal: AbortSignal, watcher: AbortWatcher): void {
+  let watching = watchersBySignal.get(signal);
+  if (!watching) {
+    const entry: Watching = {};
+    watchersBySignal.set(signal, (watching = entry));
     signal.addEventListener(
       'abort',
       () => {
-        waiting.delete(signal);
-        for (const callback of [...created]) callback();
+        watchersBySignal.delete(signal);
+        const watchers = entry.many ? [...entry.many] : entry.one ? [entry.one] : [];
+        for (const each of watchers) each.aborted(signal.reason);
       },
       { once: true },
     );
   }
-  const registered = callbacks;
-  registered.add(onAbort);
-  return () => void registered.delete(onAbort);
+  if (watching.many) watching.many.add(watcher);
+  else if (!watching.one) watching.one = watcher;
+  else {
+    watching.many = new Set([watching.one, watcher]);
+    watching.one = undefined;
+  }
+}
+
+export function stopListeningToAbort(signal: AbortSignal, watcher: AbortWatcher): void {
+  const watching = watchersBySignal.get(signal);
+  if (watching?.one === watcher) watching.one = undefined;
+  else watching?.many?.delete(watcher);
 }

@@ -1,18 +1,17 @@
 import type { AcquireRequest, LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { deadlines, type Deadline } from './deadlines';
 import { LockServerUnreachableError, LockTimeoutError } from './errors';
-import { whenAborted } from './shared-abort-listeners';
+import { listenToAbort, stopListeningToAbort, type AbortWatcher } from './shared-abort-listeners';
 
 /**
  * One acquisition's request to the backend. Its signal is made only when a backend looks at it
  * (most grants come at once, before any backend needs it) or when the wait must end: an
  * AbortSignal costs microseconds to make.
  */
-export class WaitRequest implements AcquireRequest {
+export class WaitRequest implements AcquireRequest, AbortWatcher {
   private controller?: AbortController;
   private timer?: Deadline;
-  /** Stops listening to the caller's signal. */
-  private forgetCallerSignal?: () => void;
+  private callerSignal?: AbortSignal;
   private onStop?: (reason: unknown) => void;
   private stopped?: { reason: unknown };
 
@@ -43,12 +42,20 @@ export class WaitRequest implements AcquireRequest {
         true,
       );
     }
-    if (callerSignal) this.forgetCallerSignal = whenAborted(callerSignal, () => this.stop(callerSignal.reason));
+    if (callerSignal) {
+      this.callerSignal = callerSignal;
+      listenToAbort(callerSignal, this);
+    }
   }
 
   stopClock(): void {
     deadlines.cancel(this.timer);
-    this.forgetCallerSignal?.();
+    if (this.callerSignal) stopListeningToAbort(this.callerSignal, this);
+  }
+
+  /** AbortWatcher: the caller's signal aborted. */
+  aborted(reason: unknown): void {
+    this.stop(reason);
   }
 
   get signal(): AbortSignal {
