@@ -1,15 +1,17 @@
+import { listenToAbort, stopListeningToAbort, type AbortWatcher } from '../shared-abort-listeners';
+
 /**
  * One caller's wait for a grant inside a backend: it settles once, and gives up when the
  * caller's signal aborts. A late grant after it settled is the backend's to give back:
  * `resolve` returns false then.
  */
-export class PendingWait<T> {
+export class PendingWait<T> implements AbortWatcher {
   readonly promise: Promise<T>;
   private resolveWith!: (value: T) => void;
   private rejectWith!: (reason: unknown) => void;
   private settled = false;
   private signal?: AbortSignal;
-  private onAbort?: () => void;
+  private abandoned?: () => void;
 
   constructor() {
     this.promise = new Promise<T>((resolve, reject) => {
@@ -29,17 +31,19 @@ export class PendingWait<T> {
    */
   listen(signal: AbortSignal, abandoned?: () => void): boolean {
     if (this.settled) return false;
-    const onAbort = () => {
-      if (this.reject(signal.reason)) abandoned?.();
-    };
+    this.abandoned = abandoned;
     if (signal.aborted) {
-      onAbort();
+      this.aborted(signal.reason);
       return false;
     }
     this.signal = signal;
-    this.onAbort = onAbort;
-    signal.addEventListener('abort', onAbort, { once: true });
+    listenToAbort(signal, this);
     return true;
+  }
+
+  /** AbortWatcher: the caller's signal aborted. */
+  aborted(reason: unknown): void {
+    if (this.reject(reason)) this.abandoned?.();
   }
 
   /** False when the wait had already ended: the caller must give the grant back. */
@@ -58,7 +62,7 @@ export class PendingWait<T> {
   private settle(): boolean {
     if (this.settled) return false;
     this.settled = true;
-    if (this.onAbort) this.signal!.removeEventListener('abort', this.onAbort);
+    if (this.signal) stopListeningToAbort(this.signal, this);
     return true;
   }
 }
