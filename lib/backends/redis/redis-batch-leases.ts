@@ -1,3 +1,4 @@
+import { deadlines } from '../../deadlines';
 import { driftAllowanceMs } from '../../lock-lease';
 import type { LockGrant } from '../lock-backend.interface';
 import type { RedisBatch } from './redis-batch';
@@ -56,7 +57,7 @@ export class BatchLeases {
     let resolve!: (from: number | undefined) => void;
     const promise = new Promise<number | undefined>((done) => (resolve = done));
     batch.record = { promise, resolve };
-    setTimeout(() => {
+    deadlines.add(performance.now() + Math.max(0, delayMs), () => {
       batch.record = undefined;
       const ttlMs = batch.state === 'holding' ? this.server.holderTtl(batch) : undefined;
       // Everyone it was for has let go.
@@ -67,7 +68,7 @@ export class BatchLeases {
         // Could not tell: the holder's own renewals decide, within the lease it was handed.
         () => undefined,
       );
-    }, Math.max(0, delayMs)).unref();
+    });
     return promise;
   }
 }
