@@ -161,11 +161,15 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
   }
 
   private async run<T>(name: string, fn: (lock: LockHandle) => T | Promise<T>, options: ResolvedRunOptions, signal: AbortSignal | undefined, method: string): Promise<T | undefined> {
-    let handle: LockHandle;
+    const skip = options.onTimeout === 'skip';
+    let handle: LockHandle | null;
+    // take() directly, not acquireWith(): each promise layer costs an uncontended cycle its share.
     try {
-      handle = await this.acquireWith(name, options, signal, method, options.onTimeout === 'skip');
+      handle = await this.take(name, options, signal, method, options.waitTimeoutMs !== 0);
+      if (!handle) throw new LockTimeoutError(name, 0);
     } catch (error) {
-      if (options.onTimeout !== 'skip' || !(error instanceof LockTimeoutError)) throw error;
+      this.publishTimeout(name, error, skip);
+      if (!skip || !(error instanceof LockTimeoutError)) throw error;
       logger.debug(`${method} skipped: lock "${name}" was not taken within ${error.waitedMs} ms (onTimeout: 'skip').`);
       return undefined;
     }
@@ -173,7 +177,9 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     const scope = handle.reentrant ? lockContext.getStore() : LockScope.with(lockContext.getStore(), this, lease.grant.key, handle);
     let result: T;
     try {
-      result = await lockContext.run(scope!, () => fn(handle));
+      const returned = lockContext.run(scope!, () => fn(handle));
+      // A plain value needs no await: the release starts at once.
+      result = isPromiseLike(returned) ? await returned : returned;
     } catch (error) {
       await this.releaseAfterMinHold(handle, options.minHoldMs);
       throw error;
@@ -295,29 +301,38 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
       handle = await this.take(name, options, signal, method, options.waitTimeoutMs !== 0);
       if (!handle) throw new LockTimeoutError(name, 0);
     } catch (error) {
-      if (error instanceof LockTimeoutError) {
-        const published = skip ? lockChannels.skipped : lockChannels.timedOut;
-        if (published.hasSubscribers) published.publish({ name, backend: this.backend.name, waitedMs: error.waitedMs } satisfies TimedOutMessage);
-      }
+      this.publishTimeout(name, error, skip);
       throw error;
     }
     return handle;
+  }
+
+  /** A lock not taken in time is published, as skipped when the caller will skip. */
+  private publishTimeout(name: string, error: unknown, skip: boolean): void {
+    if (!(error instanceof LockTimeoutError)) return;
+    const published = skip ? lockChannels.skipped : lockChannels.timedOut;
+    if (published.hasSubscribers) published.publish({ name, backend: this.backend.name, waitedMs: error.waitedMs } satisfies TimedOutMessage);
   }
 
   /**
    * The one path to a lock, for acquire, withLock and tryAcquire: re-entered if the chain holds
    * it, else from the backend, waiting in its queue when `wait`, or taken only if free (null if not).
    */
-  private async take(name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, wait: boolean): Promise<LockHandle | null> {
-    assertLockName(name, method);
-    const key = this.backendKey(name);
-    const reentered = this.reenter(key);
-    if (reentered) return reentered;
-    signal?.throwIfAborted();
-    this.assertRunning();
-    if (!tracingAcquire()) return this.fromBackend(key, name, options, signal, wait);
-    const message: AcquireMessage = { name, backend: this.backend.name, wait };
-    return lockChannels.acquire.tracePromise(() => this.fromBackend(key, name, options, signal, wait, message), message);
+  private take(name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, wait: boolean): Promise<LockHandle | null> {
+    try {
+      assertLockName(name, method);
+      const key = this.backendKey(name);
+      const reentered = this.reenter(key);
+      if (reentered) return Promise.resolve(reentered);
+      signal?.throwIfAborted();
+      this.assertRunning();
+      if (!tracingAcquire()) return this.fromBackend(key, name, options, signal, wait);
+      const message: AcquireMessage = { name, backend: this.backend.name, wait };
+      return lockChannels.acquire.tracePromise(() => this.fromBackend(key, name, options, signal, wait, message), message);
+    } catch (error) {
+      // Not async (a promise layer less per cycle): bad input still rejects, never throws.
+      return Promise.reject(error);
+    }
   }
 
   /** A new grant from the backend (not re-entered); `message`: the tracing message to complete. */
@@ -352,7 +367,7 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
       request.startClock(name, started, options.waitTimeoutMs, signal, this.backend);
       this.waits.add(request);
       try {
-        grant = await request.bound(granted, this.releaseLate);
+        grant = await (this.backend.settlesStoppedWaits ? granted : request.bound(granted, this.releaseLate));
       } catch (error) {
         // A timeout or the caller's abort reaches us as the signal's own reason: pass it through.
         throw request.stoppedWith(error) ? error : this.wrap('acquire', error);
@@ -421,4 +436,9 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
   private nextOwner(): string {
     return this.ownerPrefix + (++this.ownerSeq).toString(36);
   }
+}
+
+/** A thenable, which `await` would wait for; anything else is a result already. */
+function isPromiseLike<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
+  return typeof (value as PromiseLike<T> | null)?.then === 'function';
 }

@@ -18,11 +18,11 @@ export function rejectUnknownFields(options: object, known: readonly string[], w
  * A number of milliseconds, or a LockConfigError that says what was wrong: a string such as
  * '5000' (what ConfigService returns from an environment variable) is named as a string.
  */
-export function assertMilliseconds(option: string, value: unknown, rule: (ms: number) => boolean, expected: string): asserts value is number {
+export function assertMilliseconds(option: string, value: unknown, rule: (ms: number) => boolean, expected: string | (() => string)): asserts value is number {
   if (typeof value === 'string') {
     throw new LockConfigError(option, `must be a number, got the string ${JSON.stringify(value)}; convert it first (e.g. Number(config.get('...'))).`);
   }
-  if (typeof value !== 'number' || !rule(value)) throw new LockConfigError(option, `must be ${expected}, got ${String(value)}.`);
+  if (typeof value !== 'number' || !rule(value)) throw new LockConfigError(option, `must be ${typeof expected === 'string' ? expected : expected()}, got ${String(value)}.`);
 }
 
 /** The known name closest to `name` by edit distance (case-insensitive), if close enough to be a typo. */

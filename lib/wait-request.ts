@@ -12,7 +12,8 @@ export class WaitRequest implements AcquireRequest, AbortWatcher {
   private controller?: AbortController;
   private timer?: Deadline;
   private callerSignal?: AbortSignal;
-  private onStop?: (reason: unknown) => void;
+  private onStopped?: (reason: unknown) => void;
+  private stopWatcher?: AbortWatcher;
   private stopped?: { reason: unknown };
 
   constructor(
@@ -62,6 +63,12 @@ export class WaitRequest implements AcquireRequest, AbortWatcher {
     return (this.controller ??= new AbortController()).signal;
   }
 
+  /** AcquireRequest.onStop: one watcher (the backend's wait for this request). */
+  onStop(watcher: AbortWatcher): void {
+    if (this.stopped) watcher.aborted(this.stopped.reason);
+    else this.stopWatcher = watcher;
+  }
+
   /**
    * `granted`, or the stop reason as soon as the wait is stopped, even if the backend has not
    * answered yet (a server that is paused or black-holed): the caller's deadline holds whatever
@@ -71,7 +78,7 @@ export class WaitRequest implements AcquireRequest, AbortWatcher {
   bound(granted: Promise<LockGrant>, late: (grant: LockGrant) => void): Promise<LockGrant> {
     return new Promise<LockGrant>((resolve, reject) => {
       let settled = false;
-      this.onStop = (reason) => {
+      this.onStopped = (reason) => {
         if (settled) return;
         settled = true;
         reject(reason);
@@ -97,7 +104,8 @@ export class WaitRequest implements AcquireRequest, AbortWatcher {
     if (this.stopped) return;
     this.stopped = { reason };
     (this.controller ??= new AbortController()).abort(reason);
-    this.onStop?.(reason);
+    this.stopWatcher?.aborted(reason);
+    this.onStopped?.(reason);
   }
 
   /** `error` is the reason this request was stopped with (not a backend failure). */

@@ -11,7 +11,7 @@ export class PendingWait<T> implements AbortWatcher {
   private rejectWith!: (reason: unknown) => void;
   private settled = false;
   private signal?: AbortSignal;
-  private abandoned?: () => void;
+  private abandoned?: (reason: unknown) => void;
 
   constructor() {
     this.promise = new Promise<T>((resolve, reject) => {
@@ -29,7 +29,7 @@ export class PendingWait<T> implements AbortWatcher {
    * the queue at the server). Looked at only once the caller must wait (see AcquireRequest.signal).
    * False when the signal had already aborted: the wait is over.
    */
-  listen(signal: AbortSignal, abandoned?: () => void): boolean {
+  listen(signal: AbortSignal, abandoned?: (reason: unknown) => void): boolean {
     if (this.settled) return false;
     this.abandoned = abandoned;
     if (signal.aborted) {
@@ -41,9 +41,18 @@ export class PendingWait<T> implements AbortWatcher {
     return true;
   }
 
-  /** AbortWatcher: the caller's signal aborted. */
+  /**
+   * As listen(), through the request's onStop (no AbortSignal made): from now on, whether the
+   * caller must wait or not.
+   */
+  watch(request: { onStop(watcher: AbortWatcher): void }, abandoned: (reason: unknown) => void): void {
+    this.abandoned = abandoned;
+    request.onStop(this);
+  }
+
+  /** AbortWatcher: the caller's signal aborted, or its request was stopped. */
   aborted(reason: unknown): void {
-    if (this.reject(reason)) this.abandoned?.();
+    if (this.reject(reason)) this.abandoned?.(reason);
   }
 
   /** False when the wait had already ended: the caller must give the grant back. */

@@ -48,6 +48,11 @@ export class Batch {
    * batch turns out to wait (see AcquireRequest.signal: most such callers are granted at once).
    */
   listenLater?: () => void;
+  /**
+   * The entry went out with the batch's first caller (LocalQueues' sendFirstAtOnce), and callers
+   * of the same tick still join it, as they would have joined it before it went out.
+   */
+  lateJoins = false;
 
   constructor(
     readonly name: string,

@@ -18,6 +18,8 @@ export interface LocalQueueBackendOptions {
    * aborted rejects before anything is sent.
    */
   readonly signalOnlyWhenWaiting?: boolean;
+  /** See LocalQueues' sendFirstAtOnce. Default false. */
+  readonly sendFirstAtOnce?: boolean;
 }
 
 /**
@@ -31,6 +33,8 @@ export abstract class LocalQueueBackend<B extends Batch, H extends ServedGrant<B
   protected readonly queues: LocalQueues<B>;
   /** The grants of this process that are held now, by owner. */
   protected readonly held = new Map<string, H>();
+  /** LocalQueues ends a caller's wait the moment its request is stopped (PendingWait). */
+  readonly settlesStoppedWaits = true;
   private readonly signalOnlyWhenWaiting: boolean;
 
   constructor(
@@ -46,6 +50,7 @@ export abstract class LocalQueueBackend<B extends Batch, H extends ServedGrant<B
       () => this.lifecycle.isOpen,
       () => this.lifecycle.closedWhileWaiting(),
       options.sendSoon,
+      options.sendFirstAtOnce,
     );
   }
 
@@ -70,7 +75,8 @@ export abstract class LocalQueueBackend<B extends Batch, H extends ServedGrant<B
   acquire(request: AcquireRequest): Promise<LockGrant> {
     try {
       this.lifecycle.assertOpen();
-      if (!this.signalOnlyWhenWaiting) request.signal.throwIfAborted();
+      // A request with onStop is told of a stop that came first at once (LocalQueues watches it).
+      if (!this.signalOnlyWhenWaiting && !request.onStop) request.signal.throwIfAborted();
     } catch (error) {
       return Promise.reject(error);
     }

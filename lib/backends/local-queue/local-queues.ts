@@ -48,6 +48,8 @@ class NameQueue<B extends Batch> {
   }
 }
 
+const RESOLVED: Promise<void> = Promise.resolve();
+
 /** Batch ids are never reused in a process, so an entry once removed is never mistaken for a new one. */
 let batchSeq = 0;
 
@@ -73,6 +75,12 @@ export class LocalQueues<B extends Batch> {
      * and costs an uncontended acquisition no wait for the loop.
      */
     private readonly sendSoon: (send: () => void) => void = setImmediate,
+    /**
+     * The entry of a name nobody of this process queues for goes out at once, not at sendSoon:
+     * callers until then join it all the same (Batch.lateJoins). For backends whose entry costs
+     * a single request, so an uncontended acquisition's request leaves before its bookkeeping.
+     */
+    private readonly sendFirstAtOnce = false,
   ) {}
 
   /**
@@ -84,17 +92,28 @@ export class LocalQueues<B extends Batch> {
     const wait = new PendingWait<LockGrant>();
     let batch = queue.batches.at(-1);
     const first = batch === undefined;
-    if (!batch || batch.state !== 'open' || batch.full) {
+    if (!batch || !(batch.state === 'open' || batch.lateJoins) || batch.full) {
       batch = this.newBatch(request.key, `~q${(batchSeq++).toString(36)}`);
       queue.batches.push(batch);
     }
     const joined = batch;
     joined.add({ request, wait });
-    const listen = () => void wait.listen(request.signal, () => this.left(queue, joined, request.signal.reason));
-    // Nobody of this process queues for the name: likely granted at once, with no signal needed.
-    if (first) joined.listenLater = listen;
-    else listen();
-    if (joined.state === 'open' && !queue.pumpScheduled) {
+    const abandoned = (reason: unknown) => this.left(queue, joined, reason);
+    if (request.onStop) {
+      // Told without an AbortSignal: from the start, even while the entry is on its way.
+      wait.watch(request as Required<AcquireRequest>, abandoned);
+    } else {
+      const listen = () => void wait.listen(request.signal, abandoned);
+      // Nobody of this process queues for the name: likely granted at once, with no signal needed.
+      if (first) joined.listenLater = listen;
+      else listen();
+    }
+    if (first && this.sendFirstAtOnce) {
+      // The request is on its way while the caller sets up its wait; the tick's callers still join it.
+      joined.lateJoins = true;
+      this.sendSoon(() => (joined.lateJoins = false));
+      this.pump(queue);
+    } else if (joined.state === 'open' && !queue.pumpScheduled) {
       queue.pumpScheduled = true;
       this.sendSoon(() => {
         queue.pumpScheduled = false;
@@ -144,11 +163,20 @@ export class LocalQueues<B extends Batch> {
    * lease is known valid (`validForMs`), after a check that the entry still holds otherwise; with
    * nobody left the entry is removed.
    */
-  async release(batch: B, validForMs: number | undefined): Promise<void> {
+  release(batch: B, validForMs: number | undefined): Promise<void> {
     batch.holder = undefined;
-    if (batch.state !== 'holding' || !this.entries.usable(batch)) return;
-    if (batch.hasCallers && this.isOpen()) return validForMs === undefined ? this.confirmThenServe(batch) : this.serve(batch, validForMs);
-    await this.finish(batch);
+    try {
+      if (batch.state !== 'holding' || !this.entries.usable(batch)) return RESOLVED;
+      if (batch.hasCallers && this.isOpen()) {
+        if (validForMs === undefined) this.confirmThenServe(batch);
+        else this.serve(batch, validForMs);
+        return RESOLVED;
+      }
+      return this.finish(batch);
+    } catch (error) {
+      // Not async: every lock's release passes here, and each promise layer costs it.
+      return Promise.reject(error);
+    }
   }
 
   /** The batch is over: its callers still waiting get `error`, and the name's queue moves on. */
@@ -229,9 +257,13 @@ export class LocalQueues<B extends Batch> {
     );
   }
 
-  private async finish(batch: B): Promise<void> {
+  private finish(batch: B): Promise<void> {
     this.end(batch);
-    await this.entries.remove(batch);
+    try {
+      return this.entries.remove(batch);
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   /** A caller of `batch` gave up: a batch nobody waits in any more leaves the queue. */
