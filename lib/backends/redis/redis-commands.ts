@@ -79,7 +79,7 @@ export class RedisCommands {
     }
     const keys = renewals.map((renewal) => this.keysOf(renewal.key).owner);
     const args = [...renewals.map((renewal) => renewal.value), ...renewals.map((renewal) => renewal.ttlMs)];
-    const renewed = await this.connections.send(renewManyScript.run(this.connections.client, keys, args), `renew ${renewals.length} locks`);
+    const renewed = await this.connections.runScript(renewManyScript, keys, args, `renew ${renewals.length} locks`);
     return renewed.map((one) => (one === 1 ? 1 : 0));
   }
 
@@ -105,7 +105,7 @@ export class RedisCommands {
   }
 
   private run<Reply>(script: RedisScript<Reply>, verb: string, key: string, args: readonly (string | number)[], keys = this.keysOf(key).all): Promise<Reply> {
-    return this.connections.send(script.run(this.connections.client, keys, args), verb, key);
+    return this.connections.runScript(script, keys, args, verb, key);
   }
 
   private keysOf(key: string): LockKeys {

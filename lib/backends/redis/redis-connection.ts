@@ -1,12 +1,14 @@
 import { Logger } from '@nestjs/common';
 import { LockBackendError, LockServerUnreachableError } from '../../errors';
 import type { BackendSettings } from '../backend-definition';
+import { CommandTimeouts, type TimedCommand } from './command-timeouts';
 import { guardedConnector } from './guarded-connector';
 import { loadPeer } from '../load-peer';
 import { ReadyWaits } from '../ready-waits';
 import { explainTlsError, moreTellingTlsError } from '../tls-errors';
 import { redisAddress } from './redis-address';
 import type { RedisBackendOptions, RedisClientLike } from './redis-options';
+import type { RedisScript } from './redis-script';
 
 /** What the backend needs of a connection; ioredis' Redis and Cluster both have it. */
 export interface RedisConnection extends RedisClientLike {
@@ -17,7 +19,14 @@ export interface RedisConnection extends RedisClientLike {
   readonly status?: string;
   /** PING: ioredis' Redis and Cluster (a Cluster asks one of its nodes). */
   ping(): Promise<unknown>;
+  sendCommand(command: unknown): unknown;
 }
+
+/** An ioredis Command, as our own connection sends them (see RedisConnections.runScript). */
+interface OwnCommand extends TimedCommand {
+  readonly promise: Promise<unknown>;
+}
+type OwnCommandClass = new (name: string, args: (string | number)[], options: { replyEncoding: 'utf8'; keyPrefix?: string }) => OwnCommand;
 
 const logger = new Logger('DistributedLock');
 
@@ -61,6 +70,8 @@ export class RedisConnections {
   closed = false;
   /** Callers waiting for the grant channel's subscription. */
   private readonly subscribedWaits: ReadyWaits<void>;
+  /** Our own client's commands: ioredis' Command class, their options, and their bound. */
+  private readonly ownCommands?: { readonly Command: OwnCommandClass; readonly options: { replyEncoding: 'utf8'; keyPrefix?: string }; readonly timeouts: CommandTimeouts };
   private readonly startupWarning: NodeJS.Timeout;
 
   constructor(
@@ -79,8 +90,13 @@ export class RedisConnections {
     if (options.client) {
       this.client = options.client as RedisConnection;
     } else {
-      const { Redis } = loadPeer<typeof import('ioredis')>('ioredis', 'redis');
+      const { Redis, Command } = loadPeer<typeof import('ioredis')>('ioredis', 'redis');
       const userOptions = options.options as import('ioredis').RedisOptions | undefined;
+      this.ownCommands = {
+        Command: Command as unknown as OwnCommandClass,
+        options: { replyEncoding: 'utf8', keyPrefix: userOptions?.keyPrefix },
+        timeouts: new CommandTimeouts(settings.serverTimeoutMs),
+      };
       // Not with Sentinel, whose connector ioredis picks itself (a Connector option would replace it).
       const connector = userOptions?.sentinels ? undefined : guardedConnector();
       const clientOptions = { ...failFast(settings.serverTimeoutMs), ...(connector ? { Connector: connector } : {}), ...userOptions } as import('ioredis').RedisOptions;
@@ -88,7 +104,8 @@ export class RedisConnections {
       this.watchErrors(this.client);
       this.client.on('ready', this.forgetError);
     }
-    this.subscriber = this.client.duplicate() as RedisConnection;
+    // Our client's commands are bounded by runScript and ping, its SUBSCRIBE by ioredis as before.
+    this.subscriber = (this.ownCommands ? this.client.duplicate({ commandTimeout: settings.serverTimeoutMs }) : this.client.duplicate()) as RedisConnection;
     // Our own connection: its errors are kept for unreachable(), never left unhandled.
     this.watchErrors(this.subscriber);
     this.subscriber.on('ready', () => {
@@ -127,9 +144,52 @@ export class RedisConnections {
   }
 
   /**
+   * `script` on the command connection, as send() bounds and reports it. On our own connection
+   * it goes out as an ioredis Command of ours: bounded by CommandTimeouts (no Node timer per
+   * command), and with NOSCRIPT handled in the same reply handler (no promise layer of its own).
+   */
+  runScript<Reply>(script: RedisScript<Reply>, keys: readonly string[], args: readonly (string | number)[], verb: string, key?: string): Promise<Reply> {
+    if (!this.ownCommands) return this.send(script.run(this.client, keys, args), verb, key);
+    const { status, stream } = this.client as { status?: string; stream?: object };
+    // Not ready: the command waits in the offline queue, for a server that may have restarted.
+    const ready = status === 'ready' && stream !== undefined;
+    if (ready && script.isCachedOn(stream)) {
+      // A SCRIPT FLUSH since: the whole script, sent after whatever went out meanwhile (see RedisScript).
+      const fullScript = () => this.sendOwn<Reply>('eval', script.commandArgs(false, keys, args), verb, key);
+      return this.sendOwn<Reply>('evalsha', script.commandArgs(true, keys, args), verb, key, fullScript);
+    }
+    const answer = this.sendOwn<Reply>('eval', script.commandArgs(false, keys, args), verb, key);
+    if (!ready) return answer;
+    return answer.then((reply) => {
+      script.cachedOn(stream);
+      return reply;
+    });
+  }
+
+  /** PING on the command connection, bounded like every command. */
+  ping(): Promise<unknown> {
+    return this.ownCommands ? this.sendOwn('ping', [], 'answer a PING') : this.send(this.client.ping(), 'answer a PING');
+  }
+
+  /** One command of ours: tracked as send() tracks, failing as send() fails; `onNoScript` retries a NOSCRIPT. */
+  private sendOwn<T>(name: string, args: (string | number)[], verb: string, key?: string, onNoScript?: () => Promise<T>): Promise<T> {
+    const { Command, options, timeouts } = this.ownCommands!;
+    const sentAt = performance.now();
+    if (this.pending++ === 0) this.silentSince = sentAt;
+    const command = new Command(name, args, options);
+    this.client.sendCommand(command);
+    timeouts.track(command, sentAt);
+    return command.promise.then(this.onAnswer as (value: unknown) => T, (error: unknown) => {
+      this.pending--;
+      if (onNoScript && String((error as Error)?.message).startsWith('NOSCRIPT')) return onNoScript();
+      throw this.failure(key === undefined ? verb : `${verb} "${key}"`, error, sentAt);
+    });
+  }
+
+  /**
    * `command` (a promise of the command connection), tracked for unreachable() and bounded by
-   * serverTimeoutMs: our own connection has ioredis' commandTimeout for that; a supplied
-   * client's options are the user's, so its commands race a timer. A failure rejects with
+   * serverTimeoutMs: a supplied client's options are the user's, so its commands race a timer
+   * (our own connection's go through runScript and ping instead). A failure rejects with
    * failure()'s error, for `${verb} "${key}"` (`verb` alone without a key).
    */
   send<T>(command: Promise<T>, verb: string, key?: string): Promise<T> {
@@ -139,7 +199,6 @@ export class RedisConnections {
       this.pending--;
       throw this.failure(key === undefined ? verb : `${verb} "${key}"`, error, sentAt);
     };
-    if (this.ownsClient) return command.then(this.onAnswer as (value: T) => T, failed);
     return new Promise<T>((resolve, reject) => {
       let settled = false;
       const timer = setTimeout(() => {
@@ -190,6 +249,7 @@ export class RedisConnections {
     this.closed = true;
     clearTimeout(this.startupWarning);
     this.subscribedWaits.fail(this.closedError);
+    this.ownCommands?.timeouts.clear();
     this.subscriber.disconnect();
     if (this.ownsClient) this.client.disconnect();
   }
@@ -259,15 +319,15 @@ export function reconnectDelayMs(attempt: number): number {
 }
 
 /**
- * What our own connections are given unless `options` says otherwise: connecting and each
- * command take at most serverTimeoutMs, a command is never sent again after a reconnection
+ * What our own connections are given unless `options` says otherwise: connecting takes at most
+ * serverTimeoutMs (each command too, by CommandTimeouts), a command is never sent again after a reconnection
  * (`maxRetriesPerRequest: 0`: a script whose caller was already told it failed must not run
  * later), and reconnection attempts come at most about a second apart. Commands made while
- * reconnecting still wait in ioredis' offline queue, bounded by commandTimeout, so a short blip
+ * reconnecting still wait in ioredis' offline queue, bounded by CommandTimeouts, so a short blip
  * is ridden out.
  */
 function failFast(serverTimeoutMs: number): Record<string, unknown> {
-  return { connectTimeout: serverTimeoutMs, commandTimeout: serverTimeoutMs, maxRetriesPerRequest: 0, retryStrategy: reconnectDelayMs };
+  return { connectTimeout: serverTimeoutMs, maxRetriesPerRequest: 0, retryStrategy: reconnectDelayMs };
 }
 
 const TLS_OPTIONS = { trust: 'backend.options.tls.ca', clientCertificate: 'backend.options.tls.cert and backend.options.tls.key' };

@@ -44,7 +44,7 @@ return 1
  * same entry are handed over in the holder's process, and their tokens are higher).
  */
 export async function inspectRedisLock(connections: RedisConnections, key: string): Promise<LockInspection> {
-  const [value, pttlMs, waiting] = await connections.send(inspectScript.run(connections.client, lockKeys(key).all, []), 'inspect', key);
+  const [value, pttlMs, waiting] = await connections.runScript(inspectScript, lockKeys(key).all, [], 'inspect', key);
   const space = value.indexOf(' ');
   if (space === -1) return { held: false, waiting };
   const holder = { owner: value.slice(space + 1), fencingToken: batchToken(BigInt(value.slice(0, space)), 0n) };
@@ -53,5 +53,5 @@ export async function inspectRedisLock(connections: RedisConnections, key: strin
 
 /** The release script without its owner check: the next live waiter is granted, by a message, as at any release. */
 export async function forceReleaseRedisLock(connections: RedisConnections, key: string): Promise<boolean> {
-  return (await connections.send(forceReleaseScript.run(connections.client, lockKeys(key).all, [key]), 'force the release of', key)) === 1;
+  return (await connections.runScript(forceReleaseScript, lockKeys(key).all, [key], 'force the release of', key)) === 1;
 }

@@ -32,7 +32,8 @@ export interface RedisBackendOptions {
    * ioredis `RedisOptions` (host, port, password, username for ACLs, tls, sentinels + name for
    * Sentinel, ...), alone or with `url` (ioredis takes from `options` what the URL leaves out).
    * For Redis Cluster pass a `Cluster` as `client`.
-   * Unless set here, `connectTimeout` and `commandTimeout` follow the module's serverTimeoutMs,
+   * Unless set here, `connectTimeout` follows the module's serverTimeoutMs (every command is
+   * bounded by it too),
    * `maxRetriesPerRequest` is 0 and reconnection attempts come at most about a second apart
    * (see docs/redis.md, "When the server is down").
    */

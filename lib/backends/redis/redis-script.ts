@@ -31,6 +31,18 @@ export class RedisScript<Reply> {
     this.sha = createHash('sha1').update(lua).digest('hex');
   }
 
+  /**
+   * RedisConnections.runScript's way, for our own connection: whether EVALSHA may go out on this
+   * socket now (else EVAL, as run() decides), and the arguments for either.
+   */
+  isCachedOn(socket: object): boolean {
+    return cachedOnSocket.get(socket)?.has(this.sha) === true;
+  }
+
+  commandArgs(byHash: boolean, keys: readonly string[], args: readonly (string | number)[]): (string | number)[] {
+    return [byHash ? this.sha : this.lua, keys.length, ...keys, ...args];
+  }
+
   run(client: RedisClientLike, keys: readonly string[], args: readonly (string | number)[]): Promise<Reply> {
     const { status, stream } = client as ClientState;
     // A Cluster (no one socket), or a client we cannot see into.
@@ -55,7 +67,8 @@ export class RedisScript<Reply> {
     }) as Promise<Reply>;
   }
 
-  private cachedOn(socket: object): void {
+  /** An EVAL of this script succeeded on `socket`: its server has it cached. */
+  cachedOn(socket: object): void {
     let cached = cachedOnSocket.get(socket);
     if (!cached) cachedOnSocket.set(socket, (cached = new Set()));
     cached.add(this.sha);

@@ -67,6 +67,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
     super('redis', {
       // The callers of one tick share an entry; an uncontended acquisition waits for no loop turn.
       sendSoon: (send) => process.nextTick(send),
+      sendFirstAtOnce: true,
       signalOnlyWhenWaiting: true,
     });
     validateRedisOptions(options);
@@ -95,7 +96,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
   /** PING on the command connection, bounded by serverTimeoutMs like every command (RedisConnections.send). */
   async ping(): Promise<void> {
     this.lifecycle.assertOpen();
-    await this.connections.send(this.connections.client.ping(), 'answer a PING');
+    await this.connections.ping();
   }
 
   /** Until the grant channel is subscribed a pushed grant would be lost: an acquisition waits for it, bounded. */
@@ -179,9 +180,9 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
   }
 
   /** BatchEntries: the release script hands the lock to the next entry, of whichever process. */
-  async remove(batch: RedisBatch): Promise<void> {
+  remove(batch: RedisBatch): Promise<void> {
     this.forget(batch);
-    await this.commands.release(batch.name, batch.ownerValue);
+    return this.commands.release(batch.name, batch.ownerValue);
   }
 
   /** BatchEntries: the previous holder's lease is not known valid: renew the entry for the next caller first. */
