@@ -96,7 +96,7 @@ export class RedlockMasters {
       this.connections.forEach((connections, index) => {
         if (only && !only[index]) return;
         pending++;
-        connections.send(script.run(connections.client, keys, args), verb, key).then(
+        connections.runScript(script, keys, args, verb, key).then(
           (value) => settle(index, { ok: true, value }),
           (error: Error) => settle(index, { ok: false, error }),
         );
@@ -142,7 +142,7 @@ export class RedlockMasters {
       const failed: string[] = [];
       let firstError: Error | undefined;
       this.connections.forEach((connections, index) => {
-        connections.send(connections.client.ping(), 'answer a PING').then(
+        connections.ping().then(
           () => {
             if (++answered === this.quorum) resolve();
           },

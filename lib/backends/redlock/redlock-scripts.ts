@@ -98,6 +98,8 @@ export const releaseScript = new RedisScript<0 | 1>(
   `if ARGV[2] ~= '' and tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
+-- Nobody waits (the common case): done before the functions below are made, which Lua does on every run.
+if redis.call('EXISTS', KEYS[3]) == 0 then return 1 end
 ${NOW}
 ${WAKE}
 wake(ARGV[3])

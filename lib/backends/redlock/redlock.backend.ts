@@ -59,9 +59,9 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
     options: RedlockBackendOptions,
     private readonly settings: BackendSettings,
   ) {
-    // A vote goes out in the tick its first caller arrived: an uncontended acquisition does not
-    // wait a turn of the event loop. A burst's callers arrive in one tick and still share a vote.
-    super('redlock', { sendSoon: (send) => process.nextTick(send) });
+    // A vote goes out with its first caller (while the caller sets up its wait): an uncontended
+    // acquisition waits for nothing. A burst's callers arrive in one tick and still share a vote.
+    super('redlock', { sendSoon: (send) => process.nextTick(send), sendFirstAtOnce: true });
     const requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
     const driftFactor = options.driftFactor ?? DEFAULT_DRIFT_FACTOR;
     this.masters = new RedlockMasters(options, settings, requestTimeoutMs, settings.serverTimeoutMs, WAKE_CHANNEL_PREFIX + this.waiterId, this.onWord, this.onResubscribed);
