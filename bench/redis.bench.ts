@@ -1,7 +1,7 @@
 import { Redis } from 'ioredis';
 import Redlock from 'redlock';
 import { Mutex } from 'redis-semaphore';
-import type { LockService } from '../lib';
+import type { LockBackend, LockService } from '../lib';
 import { createBackend } from '../lib/backends/registry';
 import { lockServiceOver } from './lock-services';
 import { startRedisServer } from '../servers/redis-server';
@@ -10,6 +10,7 @@ import { redisStockFloor, redisStockSale, type StockSaleResult } from './redis-s
 import { formatRatio, median, pairedRatio } from './stats';
 import { progress } from './progress';
 import { cpuPerCycle } from './cpu-per-cycle';
+import { criticalPath, type TimedSocket } from './critical-path';
 import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK } from './workloads';
 import { recordFigure, recordTarget } from './summary';
 
@@ -35,13 +36,18 @@ export async function run(): Promise<void> {
   const redis = await startRedisServer();
   const clients: Redis[] = [];
   const services: LockService[] = [];
+  const backends: LockBackend[] = [];
   const connect = () => {
     const client = new Redis(redis.url);
     clients.push(client);
     return client;
   };
   try {
-    for (let i = 0; i < SALE_CONNECTIONS; i++) services.push(lockServiceOver(await createBackend({ type: 'redis', url: redis.url })));
+    for (let i = 0; i < SALE_CONNECTIONS; i++) {
+      backends.push(await createBackend({ type: 'redis', url: redis.url }));
+      services.push(lockServiceOver(backends[i]));
+    }
+    const mutexClients = Array.from({ length: SALE_CONNECTIONS }, connect);
     const redlockRunners = (settings: { retryDelay: number; retryJitter: number }) =>
       Array.from({ length: SALE_CONNECTIONS }, (): LockRunner => {
         // retryCount -1: retry until it gets the lock, as a sale needs (the default 10 tries give up after ~2 s).
@@ -66,8 +72,7 @@ export async function run(): Promise<void> {
       {
         label: 'redis-semaphore Mutex (retryInterval 10: default)',
         peer: true,
-        runners: Array.from({ length: SALE_CONNECTIONS }, (): LockRunner => {
-          const client = connect();
+        runners: mutexClients.map((client): LockRunner => {
           return async (name, section) => {
             const mutex = new Mutex(client, name, { lockTimeout: LEASE_MS, acquireTimeout: WAIT_MS });
             await mutex.acquire();
@@ -120,6 +125,7 @@ export async function run(): Promise<void> {
       );
     }
     await printCpuPerCycle(ours, bestCycle, connect());
+    await printCriticalPath(ours.runners[0], backends[0], contenders.find((c) => c.label.startsWith('redis-semaphore'))!, mutexClients[0]);
     const cycleRatio = cycleRatios.get(bestCycle)!.median;
     const saleRatio = sales.get(ours)!.makespanMs / sales.get(bestSale)!.makespanMs;
     // Issue 13: our cycle at most 1.05x the fastest peer's (the inverse of the cycles/s ratio, round by round).
@@ -150,6 +156,33 @@ async function printCpuPerCycle(ours: Contender, peer: Contender, admin: Redis):
   const [a, b] = [cpu.get(ours)!, cpu.get(peer)!];
   recordFigure('uncontended CPU per cycle vs the best peer (process / redis-server)', `${(a.clientUs / b.clientUs).toFixed(2)}x / ${(a.serverUs / b.serverUs).toFixed(2)}x`);
 }
+
+/**
+ * The steps of an uncontended cycle against redis-semaphore's Mutex (the fastest peer in every
+ * run so far): this process's work between a reply and its next request, and each round trip.
+ */
+async function printCriticalPath(ours: LockRunner, backend: LockBackend, mutex: Contender, mutexClient: Redis): Promise<void> {
+  // The backend's command connection is private: a benchmark may look inside.
+  const ourSocket = (backend as unknown as { connections: { client: { stream: TimedSocket } } }).connections.client.stream;
+  const peerSocket = (mutexClient as unknown as { stream: TimedSocket }).stream;
+  const paths = [
+    { label: 'this library (redis)', path: await criticalPath(ours, ourSocket, `bench-path-${process.pid}-ours`) },
+    { label: mutex.label, path: await criticalPath(mutex.runners[0], peerSocket, `bench-path-${process.pid}-peer`) },
+  ];
+  for (const { label, path } of paths) {
+    console.log(
+      `uncontended cycle's steps, ${label} (medians, us): acquire trip ${path.acquireTrip.toFixed(1)}, grant to release ${path.grantToRelease.toFixed(1)}, ` +
+        `release trip ${path.releaseTrip.toFixed(1)}, released to next acquire ${path.releasedToNext.toFixed(1)}`,
+    );
+  }
+  const [a, b] = paths.map(({ path }) => path);
+  recordFigure(
+    "uncontended cycle's steps vs the Mutex's (us: trips / this process between them)",
+    `${signed(a.acquireTrip + a.releaseTrip - b.acquireTrip - b.releaseTrip)} / ${signed(a.grantToRelease + a.releasedToNext - b.grantToRelease - b.releasedToNext)}`,
+  );
+}
+
+const signed = (us: number) => `${us >= 0 ? '+' : ''}${us.toFixed(1)}`;
 
 /**
  * Issue 13's sale, with the stock on Redis (GET, then SET and INCR when any is left), against
