@@ -95,7 +95,7 @@ describe('redis backend when the server cannot be reached', { timeout: FAULT_SUI
       await works(service);
     });
 
-    it(`server paused with SIGSTOP (${setup}): acquire and renew fail by serverTimeoutMs naming the server`, async (t) => {
+    it(`server paused with SIGSTOP (${setup}): acquire, renew and ping fail by serverTimeoutMs naming the server`, async (t) => {
       const { backend, service } = await open(options(redis.port));
       await works(service);
       const grant = await backend.acquire({ key: `lock:${newName()}`, owner: 'held', ttlMs: 30_000, signal: new AbortController().signal });
@@ -105,6 +105,8 @@ describe('redis backend when the server cannot be reached', { timeout: FAULT_SUI
         await assertUnreachable(t, 'acquire', address, () => service.acquire(newName(), { waitTimeoutMs: 10_000 }));
         await assertUnreachable(t, 'acquire, waitTimeoutMs 300', address, () => service.acquire(newName(), { waitTimeoutMs: 300 }), 300 + MARGIN_MS);
         await assertUnreachable(t, 'renew', address, () => backend.renew(grant, 30_000));
+        // Bounded by nothing above the backend: our connection's own bound (CommandTimeouts), or the supplied client's timer.
+        await assertUnreachable(t, 'ping', address, () => backend.ping());
         assert.ok(backend.unreachable() instanceof Error, 'unreachable() did not report the server unanswering');
       } finally {
         redis.server.resume();
