@@ -8,7 +8,7 @@ import { ReadyWaits } from '../ready-waits';
 import { explainTlsError, moreTellingTlsError } from '../tls-errors';
 import { redisAddress } from './redis-address';
 import type { RedisBackendOptions, RedisClientLike } from './redis-options';
-import type { RedisScript } from './redis-script';
+import { isNoScript, type RedisScript } from './redis-script';
 
 /** What the backend needs of a connection; ioredis' Redis and Cluster both have it. */
 export interface RedisConnection extends RedisClientLike {
@@ -145,25 +145,12 @@ export class RedisConnections {
 
   /**
    * `script` on the command connection, as send() bounds and reports it. On our own connection
-   * it goes out as an ioredis Command of ours: bounded by CommandTimeouts (no Node timer per
-   * command), and with NOSCRIPT handled in the same reply handler (no promise layer of its own).
+   * its commands go out as ioredis Commands of ours: bounded by CommandTimeouts (no Node timer
+   * per command), and with NOSCRIPT handled in the same reply handler (no promise layer of its own).
    */
   runScript<Reply>(script: RedisScript<Reply>, keys: readonly string[], args: readonly (string | number)[], verb: string, key?: string): Promise<Reply> {
     if (!this.ownCommands) return this.send(script.run(this.client, keys, args), verb, key);
-    const { status, stream } = this.client as { status?: string; stream?: object };
-    // Not ready: the command waits in the offline queue, for a server that may have restarted.
-    const ready = status === 'ready' && stream !== undefined;
-    if (ready && script.isCachedOn(stream)) {
-      // A SCRIPT FLUSH since: the whole script, sent after whatever went out meanwhile (see RedisScript).
-      const fullScript = () => this.sendOwn<Reply>('eval', script.commandArgs(false, keys, args), verb, key);
-      return this.sendOwn<Reply>('evalsha', script.commandArgs(true, keys, args), verb, key, fullScript);
-    }
-    const answer = this.sendOwn<Reply>('eval', script.commandArgs(false, keys, args), verb, key);
-    if (!ready) return answer;
-    return answer.then((reply) => {
-      script.cachedOn(stream);
-      return reply;
-    });
+    return script.run(this.client, keys, args, (name, commandArgs, onNoScript) => this.sendOwn(name, commandArgs, verb, key, onNoScript));
   }
 
   /** PING on the command connection, bounded like every command. */
@@ -181,7 +168,7 @@ export class RedisConnections {
     timeouts.track(command, sentAt);
     return command.promise.then(this.onAnswer as (value: unknown) => T, (error: unknown) => {
       this.pending--;
-      if (onNoScript && String((error as Error)?.message).startsWith('NOSCRIPT')) return onNoScript();
+      if (onNoScript && isNoScript(error)) return onNoScript();
       throw this.failure(key === undefined ? verb : `${verb} "${key}"`, error, sentAt);
     });
   }

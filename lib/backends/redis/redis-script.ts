@@ -7,6 +7,22 @@ interface ClientState {
   readonly stream?: object;
 }
 
+/** Sends one EVAL or EVALSHA; `onNoScript` (with an EVALSHA) answers for a NOSCRIPT reply. */
+export type SendCommand = (name: 'eval' | 'evalsha', args: (string | number)[], onNoScript?: () => Promise<unknown>) => Promise<unknown>;
+
+/** The server no longer has the script (a SCRIPT FLUSH, a restart). */
+export function isNoScript(error: unknown): boolean {
+  return String((error as Error)?.message).startsWith('NOSCRIPT');
+}
+
+/** A client's own eval and evalsha methods, with the NOSCRIPT fallback. */
+function sendWith(client: RedisClientLike): SendCommand {
+  return (name, args, onNoScript) => {
+    const sent = client[name](...args);
+    return onNoScript ? sent.catch((error: unknown) => (isNoScript(error) ? onNoScript() : Promise.reject(error))) : sent;
+  };
+}
+
 /** Per socket, the scripts the server behind it is known to have cached: a new socket may face a restarted server. */
 const cachedOnSocket = new WeakMap<object, Set<string>>();
 
@@ -32,43 +48,26 @@ export class RedisScript<Reply> {
   }
 
   /**
-   * RedisConnections.runScript's way, for our own connection: whether EVALSHA may go out on this
-   * socket now (else EVAL, as run() decides), and the arguments for either.
+   * Runs the script on `client`'s connection, each command sent by `send` (the client's own
+   * method by default; RedisConnections sends its own). `onNoScript`, given with an EVALSHA, sends
+   * the whole script after a NOSCRIPT reply.
    */
-  isCachedOn(socket: object): boolean {
-    return cachedOnSocket.get(socket)?.has(this.sha) === true;
-  }
-
-  commandArgs(byHash: boolean, keys: readonly string[], args: readonly (string | number)[]): (string | number)[] {
-    return [byHash ? this.sha : this.lua, keys.length, ...keys, ...args];
-  }
-
-  run(client: RedisClientLike, keys: readonly string[], args: readonly (string | number)[]): Promise<Reply> {
+  run(client: RedisClientLike, keys: readonly string[], args: readonly (string | number)[], send: SendCommand = sendWith(client)): Promise<Reply> {
     const { status, stream } = client as ClientState;
-    // A Cluster (no one socket), or a client we cannot see into.
-    if (stream === undefined) return this.evalshaOrEval(client, keys, args);
+    const whole = () => send('eval', [this.lua, keys.length, ...keys, ...args]) as Promise<Reply>;
     // Not ready: the command waits in the offline queue, for a server that may have restarted.
-    if (status !== 'ready') return this.eval(client, keys, args);
-    if (cachedOnSocket.get(stream)?.has(this.sha)) return this.evalshaOrEval(client, keys, args);
-    return this.eval(client, keys, args).then((reply) => {
+    if (status !== 'ready') return whole();
+    // A Cluster (no one socket), or a socket whose server is known to have the script.
+    if (stream === undefined || cachedOnSocket.get(stream)?.has(this.sha)) {
+      return send('evalsha', [this.sha, keys.length, ...keys, ...args], whole) as Promise<Reply>;
+    }
+    return whole().then((reply) => {
       this.cachedOn(stream);
       return reply;
     });
   }
 
-  private eval(client: RedisClientLike, keys: readonly string[], args: readonly (string | number)[]): Promise<Reply> {
-    return client.eval(this.lua, keys.length, ...keys, ...args) as Promise<Reply>;
-  }
-
-  private evalshaOrEval(client: RedisClientLike, keys: readonly string[], args: readonly (string | number)[]): Promise<Reply> {
-    return client.evalsha(this.sha, keys.length, ...keys, ...args).catch((error: unknown) => {
-      if (!String((error as Error)?.message).startsWith('NOSCRIPT')) throw error;
-      return this.eval(client, keys, args);
-    }) as Promise<Reply>;
-  }
-
-  /** An EVAL of this script succeeded on `socket`: its server has it cached. */
-  cachedOn(socket: object): void {
+  private cachedOn(socket: object): void {
     let cached = cachedOnSocket.get(socket);
     if (!cached) cachedOnSocket.set(socket, (cached = new Set()));
     cached.add(this.sha);
