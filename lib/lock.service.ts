@@ -162,13 +162,10 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
 
   private async run<T>(name: string, fn: (lock: LockHandle) => T | Promise<T>, options: ResolvedRunOptions, signal: AbortSignal | undefined, method: string): Promise<T | undefined> {
     const skip = options.onTimeout === 'skip';
-    let handle: LockHandle | null;
-    // take() directly, not acquireWith(): each promise layer costs an uncontended cycle its share.
+    let handle: LockHandle;
     try {
-      handle = await this.take(name, options, signal, method, options.waitTimeoutMs !== 0);
-      if (!handle) throw new LockTimeoutError(name, 0);
+      handle = await this.acquireWith(name, options, signal, method, skip);
     } catch (error) {
-      this.publishTimeout(name, error, skip);
       if (!skip || !(error instanceof LockTimeoutError)) throw error;
       logger.debug(`${method} skipped: lock "${name}" was not taken within ${error.waitedMs} ms (onTimeout: 'skip').`);
       return undefined;
@@ -295,23 +292,21 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
    * As take(), waiting unless `waitTimeoutMs` is 0; a lock not taken is a LockTimeoutError,
    * published as timed out, or as skipped when the caller will `skip`.
    */
-  private async acquireWith(name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, skip: boolean): Promise<LockHandle> {
-    let handle: LockHandle | null;
-    try {
-      handle = await this.take(name, options, signal, method, options.waitTimeoutMs !== 0);
-      if (!handle) throw new LockTimeoutError(name, 0);
-    } catch (error) {
-      this.publishTimeout(name, error, skip);
-      throw error;
-    }
-    return handle;
+  private acquireWith(name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, skip: boolean): Promise<LockHandle> {
+    // One reaction, not an async layer: withLock takes every lock through here.
+    return this.take(name, options, signal, method, options.waitTimeoutMs !== 0).then(
+      (handle) => handle ?? this.timedOut(name, new LockTimeoutError(name, 0), skip),
+      (error: unknown) => this.timedOut(name, error, skip),
+    );
   }
 
-  /** A lock not taken in time is published, as skipped when the caller will skip. */
-  private publishTimeout(name: string, error: unknown, skip: boolean): void {
-    if (!(error instanceof LockTimeoutError)) return;
-    const published = skip ? lockChannels.skipped : lockChannels.timedOut;
-    if (published.hasSubscribers) published.publish({ name, backend: this.backend.name, waitedMs: error.waitedMs } satisfies TimedOutMessage);
+  /** Rethrows `error`; a lock not taken in time is published first, as skipped when the caller will skip. */
+  private timedOut(name: string, error: unknown, skip: boolean): never {
+    if (error instanceof LockTimeoutError) {
+      const published = skip ? lockChannels.skipped : lockChannels.timedOut;
+      if (published.hasSubscribers) published.publish({ name, backend: this.backend.name, waitedMs: error.waitedMs } satisfies TimedOutMessage);
+    }
+    throw error;
   }
 
   /**
