@@ -44,14 +44,6 @@ export class RedisBatch extends Batch {
 
   /** The owner key's value while the entry holds: what every owner-checked script compares. */
   get ownerValue(): string {
-    // Made once per entry token: a release and every renewal compare it.
-    if (this.ownerValueOf !== this.entryToken) {
-      this.ownerValueOf = this.entryToken;
-      this.ownerValueText = `${this.entryToken} ${this.owner}`;
-    }
-    return this.ownerValueText;
+    return `${this.entryToken} ${this.owner}`;
   }
-
-  private ownerValueOf: bigint | undefined | null = null;
-  private ownerValueText = '';
 }
