@@ -86,29 +86,46 @@ export abstract class BoundedCalls {
    * the server turned out unreachable meanwhile: it fails at once rather than queueing behind a
    * dead server. (Not on waiting alone: a burst waits its turn while the server answers.)
    */
-  protected async bounded<T>(operation: string, send: () => Promise<T>): Promise<T> {
+  protected bounded<T>(operation: string, send: () => Promise<T>): Promise<T> {
     const startedAt = performance.now();
-    if (this.inFlight < this.maxInFlight) this.inFlight++;
-    else {
-      // The slot is handed over by the call that frees it (releaseSlot).
-      await new Promise<void>((resolve) => this.queued.push(resolve));
+    if (this.inFlight < this.maxInFlight) {
+      this.inFlight++;
+      return this.sendInSlot(operation, send, startedAt);
+    }
+    // The slot is handed over by the call that frees it (releaseSlot).
+    return new Promise<void>((resolve) => this.queued.push(resolve)).then(() => {
       if (this.lastFailure) {
         this.releaseSlot();
         throw new LockServerUnreachableError(this.backend, operation, this.address, Math.round(performance.now() - startedAt), this.lastFailure);
       }
-    }
+      return this.sendInSlot(operation, send, startedAt);
+    });
+  }
+
+  /** Not async: every lock's take and release passes here, and each promise layer costs them. */
+  private sendInSlot<T>(operation: string, send: () => Promise<T>, startedAt: number): Promise<T> {
     const id = this.nextId++;
     this.pending.set(id, performance.now());
+    let sent: Promise<T>;
     try {
-      const answer = await send();
-      this.reached();
-      return answer;
+      sent = send();
     } catch (error) {
-      throw this.wrap(operation, error, startedAt);
-    } finally {
-      this.pending.delete(id);
-      this.releaseSlot();
+      sent = Promise.reject(error);
     }
+    return sent.then(
+      (answer) => {
+        this.reached();
+        this.pending.delete(id);
+        this.releaseSlot();
+        return answer;
+      },
+      (error: unknown) => {
+        const wrapped = this.wrap(operation, error, startedAt);
+        this.pending.delete(id);
+        this.releaseSlot();
+        throw wrapped;
+      },
+    );
   }
 
   private releaseSlot(): void {

@@ -8,7 +8,10 @@ import { Batch, type QueuedCaller } from '../local-queue/batch';
 export class PostgresBatch extends Batch {
   /** The owner of the entry at the server: unique across processes. */
   readonly entry: string;
-  /** The lease the entry asks for: the longest ttl among its callers. */
+  /**
+   * The lease the entry asks for: the longest ttl among the callers that joined before it was
+   * sent. A caller that joins later is served under it, renewing first if too little is left for it.
+   */
   ttlMs = 0;
   /** When the statement that queued the entry was sent: no grant of it can have started earlier. */
   askedAt = 0;
@@ -33,7 +36,7 @@ export class PostgresBatch extends Batch {
 
   override add(caller: QueuedCaller): void {
     super.add(caller);
-    this.ttlMs = Math.max(this.ttlMs, Math.ceil(caller.request.ttlMs));
+    if (this.state === 'open') this.ttlMs = Math.max(this.ttlMs, Math.ceil(caller.request.ttlMs));
   }
 
   /** How long the entry's row stays in the queue without a refresh: a dead process's entry is skipped after that. */

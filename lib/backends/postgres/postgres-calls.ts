@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { LockBackendError, LockServerUnreachableError } from '../../errors';
+import { deadlines } from '../../deadlines';
 import { BoundedCalls } from '../bounded-calls';
 import type { PgPoolLike } from './postgres-options';
 
@@ -45,6 +46,8 @@ export class PostgresCalls extends BoundedCalls {
    * server does not know a name: behind a pooler in transaction mode.
    */
   private preparedNames?: Map<string, string>;
+  /** `prepare` succeeded: statements no longer wait for it. */
+  private prepared = false;
 
   constructor(
     private readonly pool: PgPoolLike,
@@ -66,51 +69,75 @@ export class PostgresCalls extends BoundedCalls {
 
   /** One statement; `operation` is what errors say the backend failed to do ("take a lock"). */
   query<Row>(operation: string, text: string, values: unknown[]): Promise<Row[]> {
-    return this.bounded(operation, () => this.withRetries<Row>(text, values, performance.now()));
+    return this.bounded(operation, () => this.withRetries<Row, Row[]>(text, values, allRows));
+  }
+
+  /** A statement that always answers exactly one row (take or queue, release): that row. */
+  queryOne<Row>(operation: string, text: string, values: unknown[]): Promise<Row> {
+    return this.bounded(operation, () => this.withRetries<Row, Row>(text, values, firstRow));
   }
 
   /**
    * Every statement of the backend is idempotent for its owner (take or queue, release, renew):
    * one that failed on a connection the server dropped (a restart, pg_terminate_backend, "the
    * database system is starting up") is sent again on another, within serverTimeoutMs in all.
+   * One deadline on the shared scheduler bounds all the attempts: a Node timer per statement, of
+   * a different length each time, cost more than the rest of this path.
    */
-  private async withRetries<Row>(text: string, values: unknown[], sentAt: number): Promise<Row[]> {
-    for (let attempt = 0; ; attempt++) {
-      const leftMs = sentAt + this.serverTimeoutMs - performance.now();
-      try {
-        return await this.attempt<Row>(text, values, leftMs);
-      } catch (error) {
+  private withRetries<Row, Answer>(text: string, values: unknown[], answer: (rows: Row[]) => Answer): Promise<Answer> {
+    const sentAt = performance.now();
+    return new Promise<Answer>((resolve, reject) => {
+      let settled = false;
+      const deadline = deadlines.add(sentAt + this.serverTimeoutMs, () => {
+        settled = true;
+        reject(new Error(`no answer within ${this.serverTimeoutMs} ms`));
+      });
+      const answered = (result: Rows<Row>) => {
+        if (settled) return;
+        settled = true;
+        deadlines.cancel(deadline);
+        resolve(answer(result.rows));
+      };
+      const failed = (error: unknown, attempt: number) => {
+        if (settled) return;
+        if (this.preparedNames && PREPARED_STATEMENT_CODES.has((error as { code?: string }).code ?? '')) {
+          // Nothing ran: behind a pooler in transaction mode, from now on as unnamed statements.
+          this.preparedNames = undefined;
+          return void this.statement<Row>(text, values).then(answered, (next: unknown) => failed(next, attempt));
+        }
         const pauseMs = Math.min(RETRY_MIN_MS * 2 ** attempt, RETRY_MAX_MS);
-        const timedOut = error instanceof Error && error.message.startsWith('no answer within');
-        if (timedOut || !this.isTransportError(error) || performance.now() + pauseMs >= sentAt + this.serverTimeoutMs) throw error;
+        if (!this.isTransportError(error) || performance.now() + pauseMs >= sentAt + this.serverTimeoutMs) {
+          settled = true;
+          deadlines.cancel(deadline);
+          return reject(error);
+        }
         this.failed(error);
-        await new Promise((resolve) => setTimeout(resolve, pauseMs));
-      }
+        setTimeout(() => {
+          if (!settled) this.statement<Row>(text, values).then(answered, (next: unknown) => failed(next, attempt + 1));
+        }, pauseMs);
+      };
+      this.statement<Row>(text, values).then(answered, (error: unknown) => failed(error, 0));
+    });
+  }
+
+  /** The statement once the schema is in place, as a named prepared statement while the server keeps those. */
+  private statement<Row>(text: string, values: unknown[]): Promise<Rows<Row>> {
+    try {
+      return this.send<Row>(text, values);
+    } catch (error) {
+      return Promise.reject(error);
     }
   }
 
-  private async attempt<Row>(text: string, values: unknown[], leftMs: number): Promise<Row[]> {
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      const timeout = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`no answer within ${this.serverTimeoutMs} ms`)), Math.max(0, leftMs));
+  private send<Row>(text: string, values: unknown[]): Promise<Rows<Row>> {
+    if (!this.prepared) {
+      return this.prepare().then(() => {
+        this.prepared = true;
+        return this.statement<Row>(text, values);
       });
-      const run = async () => {
-        await this.prepare();
-        const name = this.preparedNames?.get(text);
-        if (name === undefined) return (await this.pool.query(text, values)) as Rows<Row>;
-        try {
-          return (await this.pool.query({ name, text, values })) as Rows<Row>;
-        } catch (error) {
-          if (!PREPARED_STATEMENT_CODES.has((error as { code?: string }).code ?? '')) throw error;
-          this.preparedNames = undefined;
-          return (await this.pool.query(text, values)) as Rows<Row>;
-        }
-      };
-      return (await Promise.race([run(), timeout])).rows;
-    } finally {
-      clearTimeout(timer);
     }
+    const name = this.preparedNames?.get(text);
+    return (name === undefined ? this.pool.query(text, values) : this.pool.query({ name, text, values })) as Promise<Rows<Row>>;
   }
 
   /** No answer within our own bound (attempt()) is the server not answering too; a missing schema says what to do. */
@@ -125,4 +152,12 @@ export class PostgresCalls extends BoundedCalls {
     }
     return new LockBackendError('postgres', operation, error, this.address);
   }
+}
+
+function allRows<Row>(rows: Row[]): Row[] {
+  return rows;
+}
+
+function firstRow<Row>(rows: Row[]): Row {
+  return rows[0];
 }

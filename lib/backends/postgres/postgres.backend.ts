@@ -57,7 +57,7 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
   private readonly safetyNet: PostgresSafetyNet;
   /** Entries queued, and entries released, by many callers at once share statements (a burst of distinct names). */
   private readonly queueing: StatementCoalescer<PostgresBatch, AcquireRow>;
-  private readonly releasing: StatementCoalescer<PostgresBatch, undefined>;
+  private readonly releasing: StatementCoalescer<PostgresBatch, unknown>;
   private readonly startupWarning: NodeJS.Timeout;
   private readonly inspector: PostgresInspector;
   private readonly sweeper: NodeJS.Timeout;
@@ -70,8 +70,8 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     options: PostgresBackendOptions,
     settings: BackendSettings,
   ) {
-    // The callers of one tick share an entry; an uncontended acquisition waits for no loop turn.
-    super('postgres', { sendSoon: (send) => process.nextTick(send) });
+    // The callers of one tick share an entry; a name's first entry goes out in its caller's own call.
+    super('postgres', { sendSoon: (send) => process.nextTick(send), sendFirstAtOnce: true });
     this.address = address;
     const names = namesOf(options);
     this.sql = statements(names);
@@ -85,25 +85,24 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
       granted: (batch, fence, leaseEndsAfter) => this.granted(batch, fence, leaseEndsAfter - batch.ttlMs),
       left: (batch) => void this.letGo(batch),
     });
-    // A lone row goes as the plain function call: arrays and unnest cost the server more than the call itself.
-    this.queueing = new StatementCoalescer((batches) =>
-      batches.length === 1
-        ? this.calls.query<AcquireRow>('queue for a lock', this.sql.acquire, [batches[0].name, batches[0].entry, this.listener.channel, batches[0].ttlMs, batches[0].aliveMs, true])
-        : byName(batches, (sorted) =>
-            this.calls.query<AcquireRow>('queue for a lock', this.sql.queueMany, [
-              sorted.map((batch) => batch.name),
-              sorted.map((batch) => batch.entry),
-              sorted.map((batch) => batch.ttlMs),
-              sorted.map((batch) => batch.aliveMs),
-              this.listener.channel,
-            ]),
-          ),
+    // A lone row goes as the plain statement: arrays and unnest cost the server more than the call itself.
+    this.queueing = new StatementCoalescer(
+      (batch) => this.calls.queryOne<AcquireRow>('queue for a lock', this.sql.acquire, [batch.name, batch.entry, this.listener.channel, batch.ttlMs, batch.aliveMs, true]),
+      (batches) =>
+        byName(batches, (sorted) =>
+          this.calls.query<AcquireRow>('queue for a lock', this.sql.queueMany, [
+            sorted.map((batch) => batch.name),
+            sorted.map((batch) => batch.entry),
+            sorted.map((batch) => batch.ttlMs),
+            sorted.map((batch) => batch.aliveMs),
+            this.listener.channel,
+          ]),
+        ),
     );
-    this.releasing = new StatementCoalescer(async (batches) => {
-      if (batches.length === 1) await this.calls.query('release a lock', this.sql.release, [batches[0].name, batches[0].entry]);
-      else await byName(batches, (sorted) => this.calls.query('release a lock', this.sql.releaseMany, [sorted.map((batch) => batch.name), sorted.map((batch) => batch.entry)]));
-      return batches.map(() => undefined);
-    });
+    this.releasing = new StatementCoalescer(
+      (batch) => this.calls.queryOne('release a lock', this.sql.release, [batch.name, batch.entry]),
+      (batches) => byName(batches, (sorted) => this.calls.query('release a lock', this.sql.releaseMany, [sorted.map((batch) => batch.name), sorted.map((batch) => batch.entry)])),
+    );
     const { Client } = loadPeer<typeof import('pg')>('pg', 'postgres');
     this.listener = new PostgresListener(Client, { ...listenConfig, keepAlive: true, connectionTimeoutMillis: settings.serverTimeoutMs }, `lock_${this.clientId}`, {
       notified: (payload) => this.notified(payload),
@@ -235,9 +234,10 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
   }
 
   /** BatchEntries: the release statement hands the lock to the next live entry, or frees the name. */
-  async remove(batch: PostgresBatch): Promise<void> {
+  remove(batch: PostgresBatch): Promise<void> {
     this.entries.delete(batch.entry);
-    await this.releasing.run(batch);
+    // The statement's answer (whom the lock was handed to) is of no use here.
+    return this.releasing.run(batch) as Promise<void>;
   }
 
   /** BatchEntries: the previous holder let go without knowing its lease valid: renew the entry's row. */
