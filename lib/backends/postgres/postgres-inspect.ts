@@ -2,6 +2,7 @@ import { batchToken } from '../local-queue/batch';
 import type { LockInspection } from '../lock-backend.interface';
 import type { PostgresCalls } from './postgres-calls';
 import { sqlNames, type PostgresNames } from './postgres-schema';
+import { DURABLE_CHECK, DURABLE_CTE } from './postgres-statements';
 
 interface InspectRow {
   owner: string | null;
@@ -31,7 +32,7 @@ export class PostgresInspector {
       `(SELECT count(*) FROM ${n.queue} q WHERE q.name = $1 AND q.alive_until > clock_timestamp())::int AS waiting ` +
       `FROM (VALUES (1)) AS one(x) LEFT JOIN ${n.locks} l ON l.name = $1 AND l.expires_at > clock_timestamp()`;
     // The release function with the holder's own owner id: the next live waiter is granted and notified, as at any release.
-    this.forceReleaseSql = `SELECT ${n.release}(l.name, l.owner) AS handed_to FROM ${n.locks} l WHERE l.name = $1 AND l.owner IS NOT NULL AND l.expires_at > clock_timestamp()`;
+    this.forceReleaseSql = `WITH ${DURABLE_CTE} SELECT ${n.release}(l.name, l.owner) AS handed_to FROM ${n.locks} l WHERE l.name = $1 AND l.owner IS NOT NULL AND l.expires_at > clock_timestamp() AND ${DURABLE_CHECK}`;
   }
 
   async inspect(key: string): Promise<LockInspection> {
