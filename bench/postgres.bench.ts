@@ -9,7 +9,7 @@ import { lockServiceOver } from './lock-services';
 import { printFlashSale } from './report';
 import { formatRatio, median, pairedRatio } from './stats';
 import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK } from './workloads';
-import { recordTarget } from './summary';
+import { recordFigure, recordTarget } from './summary';
 
 const CYCLE_ROUNDS = 15;
 const CYCLES_PER_ROUND = 200;
@@ -55,9 +55,23 @@ export async function run(): Promise<void> {
       { label: 'session advisory lock (pg_advisory_lock, dedicated connection)', runners: Array.from({ length: SALE_CONNECTIONS }, () => advisoryRunner(newPool(SALE_BUYERS_PER_CONNECTION))) },
       { label: `polling lease row (try, sleep ${POLL_MS} ms, retry)`, runners: Array.from({ length: SALE_CONNECTIONS }, () => pollingRunner(newPool(10))) },
     ];
+    // What no lease-row lock can beat: this library's own two statements, sent straight on a
+    // dedicated connection with no library around them. Uncontended rounds only.
+    const floorClient = new Client({ connectionString: postgres.url });
+    await floorClient.connect();
+    const floor: Contender = { label: "floor: this library's take and release statements alone (dedicated connection, no library)", runners: [leaseRowFloor(floorClient)] };
+    // Below any lease-row lock: one row's owner set, then cleared (no token, no expiry, no queue),
+    // committed as durably as the library commits (this test server's default is asynchronous).
+    const bareClient = new Client({ connectionString: postgres.url });
+    await bareClient.connect();
+    await bareClient.query('SET synchronous_commit = on');
+    await bareClient.query('CREATE TABLE IF NOT EXISTS bare_rows (name text PRIMARY KEY, owner text) WITH (fillfactor = 50)');
+    const bareRow: Contender = { label: 'floor of any lease-row lock: UPDATE one row to set its owner, then to clear it (durable commits, dedicated connection)', runners: [bareRowFloor(bareClient)] };
     console.log(`postgres 15 ${postgres.url}; uncontended: ${CYCLE_ROUNDS} rounds x ${CYCLES_PER_ROUND} cycles, shuffled order per round after a warm-up; medians, ratios inside each round`);
-    const rounds = await interleavedCycles(new Map(contenders.map((c) => [c, c.runners[0]])), CYCLE_ROUNDS, CYCLES_PER_ROUND);
-    for (const contender of contenders) {
+    const rounds = await interleavedCycles(new Map([...contenders, floor, bareRow].map((c) => [c, c.runners[0]])), CYCLE_ROUNDS, CYCLES_PER_ROUND);
+    await floorClient.end();
+    await bareClient.end();
+    for (const contender of [...contenders, floor, bareRow]) {
       const perSecond = median(rounds.get(contender)!);
       console.log(`uncontended ${contender.label}: ${Math.round(perSecond)} cycles/s (${(1000 / perSecond).toFixed(3)} ms per cycle)`);
     }
@@ -73,9 +87,16 @@ export async function run(): Promise<void> {
     const vsAdvisory = pairedRatio(rounds.get(ours)!, rounds.get(advisory)!);
     // Cycle time is the inverse of cycles/s: ours / advisory in time = advisory / ours in rate.
     const cycleTimeRatio = 1 / vsAdvisory.median;
+    const floorRatio = 1 / pairedRatio(rounds.get(floor)!, rounds.get(advisory)!).median;
+    const oursVsFloor = 1 / pairedRatio(rounds.get(ours)!, rounds.get(floor)!).median;
+    const bareRatio = 1 / pairedRatio(rounds.get(bareRow)!, rounds.get(advisory)!).median;
     const saleRatio = sales.get(ours)!.makespanMs / sales.get(polling)!.makespanMs;
     console.log(`ratios: uncontended cycle time vs advisory ${cycleTimeRatio.toFixed(2)}x (round by round), makespan vs polling ${formatRatio(sales.get(ours)!.makespanMs, sales.get(polling)!.makespanMs)}, vs advisory ${formatRatio(sales.get(ours)!.makespanMs, sales.get(advisory)!.makespanMs)}`);
+    console.log(`uncontended floors vs advisory (round by round): any lease row (two bare UPDATEs) ${bareRatio.toFixed(2)}x, this library's two statements alone ${floorRatio.toFixed(2)}x; this library vs its statements alone ${oursVsFloor.toFixed(2)}x`);
     recordTarget("uncontended cycle time vs the advisory lock's", cycleTimeRatio, '<=', 1.5);
+    recordFigure("uncontended floor of any lease-row lock (two bare UPDATEs) vs the advisory lock's cycle", `${bareRatio.toFixed(2)}x`);
+    recordFigure("uncontended floor: the library's two statements alone, vs the advisory lock's cycle", `${floorRatio.toFixed(2)}x`);
+    recordFigure('uncontended cycle time vs that floor', `${oursVsFloor.toFixed(2)}x`);
     recordTarget("flash-sale makespan vs the polling lock's", saleRatio, '<=', 0.2);
 
     // The sales' pools keep their connections (200 for the advisory lock's): give them back, so the
@@ -93,6 +114,35 @@ export async function run(): Promise<void> {
     await Promise.all(pools.map((pool) => pool.end().catch(() => undefined)));
     await postgres.stop();
   }
+}
+
+/** The take and release statements of this library, named and prepared as it sends them, with nothing around them. */
+function leaseRowFloor(client: Client): LockRunner {
+  const sql = statements(DEFAULT_NAMES);
+  return async (name, section) => {
+    await client.query({ name: 'floor_take', text: sql.acquire, values: [name, 'floor', 'bench_floor', LEASE_MS, 60_000, true] });
+    try {
+      await section();
+    } finally {
+      await client.query({ name: 'floor_release', text: sql.release, values: [name, 'floor'] });
+    }
+  };
+}
+
+function bareRowFloor(client: Client): LockRunner {
+  return async (name, section) => {
+    const take = { name: 'bare_take', text: 'UPDATE bare_rows SET owner = $2 WHERE name = $1 AND owner IS NULL', values: [name, 'bare'] };
+    if ((await client.query(take)).rowCount === 0) {
+      // A new name: its row first, then the same UPDATE as every later cycle.
+      await client.query('INSERT INTO bare_rows (name) VALUES ($1) ON CONFLICT DO NOTHING', [name]);
+      await client.query(take);
+    }
+    try {
+      await section();
+    } finally {
+      await client.query({ name: 'bare_release', text: 'UPDATE bare_rows SET owner = NULL WHERE name = $1 AND owner = $2', values: [name, 'bare'] });
+    }
+  };
 }
 
 function advisoryRunner(pool: Pool): LockRunner {
