@@ -120,61 +120,58 @@ export async function run(): Promise<void> {
   }
 }
 
-/** The take and release statements of this library, named and prepared as it sends them, with nothing around them. */
-function leaseRowFloor(pool: Pool): LockRunner {
-  const sql = statements(DEFAULT_NAMES);
+/**
+ * A lock taken and given back with statements on one pooled connection, held for the take, the
+ * section and the release (a session advisory lock needs exactly that; the floors share it).
+ */
+function onPooledConnection(pool: Pool, take: (client: PoolClient, name: string) => Promise<unknown>, release: (client: PoolClient, name: string) => Promise<unknown>): LockRunner {
   return async (name, section) => {
     const client = await pool.connect();
     try {
-      await client.query({ name: 'floor_take', text: sql.acquire, values: [name, 'floor', 'bench_floor', LEASE_MS, 60_000, true] });
+      await take(client, name);
       try {
         await section();
       } finally {
-        await client.query({ name: 'floor_release', text: sql.release, values: [name, 'floor'] });
+        await release(client, name);
       }
     } finally {
       client.release();
     }
   };
+}
+
+/** The take and release statements of this library, named and prepared as it sends them, with nothing around them. */
+function leaseRowFloor(pool: Pool): LockRunner {
+  const sql = statements(DEFAULT_NAMES);
+  return onPooledConnection(
+    pool,
+    (client, name) => client.query({ name: 'floor_take', text: sql.acquire, values: [name, 'floor', 'bench_floor', LEASE_MS, 60_000, true] }),
+    (client, name) => client.query({ name: 'floor_release', text: sql.release, values: [name, 'floor'] }),
+  );
 }
 
 /** One row's owner set, then cleared; committed durably as the library's statements are (DURABLE_CTE). */
 function bareRowFloor(pool: Pool): LockRunner {
-  const take = `WITH ${DURABLE_CTE} UPDATE bare_rows SET owner = $2 WHERE name = $1 AND owner IS NULL AND ${DURABLE_CHECK}`;
-  const release = `WITH ${DURABLE_CTE} UPDATE bare_rows SET owner = NULL WHERE name = $1 AND owner = $2 AND ${DURABLE_CHECK}`;
-  return async (name, section) => {
-    const client = await pool.connect();
-    try {
-      if ((await client.query({ name: 'bare_take', text: take, values: [name, 'bare'] })).rowCount === 0) {
-        // A new name: its row first, then the same UPDATE as every later cycle.
-        await client.query('INSERT INTO bare_rows (name) VALUES ($1) ON CONFLICT DO NOTHING', [name]);
-        await client.query({ name: 'bare_take', text: take, values: [name, 'bare'] });
-      }
-      try {
-        await section();
-      } finally {
-        await client.query({ name: 'bare_release', text: release, values: [name, 'bare'] });
-      }
-    } finally {
-      client.release();
-    }
-  };
+  const take = { name: 'bare_take', text: `WITH ${DURABLE_CTE} UPDATE bare_rows SET owner = $2 WHERE name = $1 AND owner IS NULL AND ${DURABLE_CHECK}` };
+  const release = { name: 'bare_release', text: `WITH ${DURABLE_CTE} UPDATE bare_rows SET owner = NULL WHERE name = $1 AND owner = $2 AND ${DURABLE_CHECK}` };
+  return onPooledConnection(
+    pool,
+    async (client, name) => {
+      if ((await client.query({ ...take, values: [name, 'bare'] })).rowCount !== 0) return;
+      // A new name: its row first, then the same UPDATE as every later cycle.
+      await client.query('INSERT INTO bare_rows (name) VALUES ($1) ON CONFLICT DO NOTHING', [name]);
+      await client.query({ ...take, values: [name, 'bare'] });
+    },
+    (client, name) => client.query({ ...release, values: [name, 'bare'] }),
+  );
 }
 
 function advisoryRunner(pool: Pool): LockRunner {
-  return async (name, section) => {
-    const client = await pool.connect();
-    try {
-      await client.query('SELECT pg_advisory_lock(hashtext($1))', [name]);
-      try {
-        await section();
-      } finally {
-        await client.query('SELECT pg_advisory_unlock(hashtext($1))', [name]);
-      }
-    } finally {
-      client.release();
-    }
-  };
+  return onPooledConnection(
+    pool,
+    (client, name) => client.query('SELECT pg_advisory_lock(hashtext($1))', [name]),
+    (client, name) => client.query('SELECT pg_advisory_unlock(hashtext($1))', [name]),
+  );
 }
 
 const TRY_ROW =

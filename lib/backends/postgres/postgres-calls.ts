@@ -120,27 +120,23 @@ export class PostgresCalls extends BoundedCalls {
     });
   }
 
-  /** The statement once the schema is in place, as a named prepared statement while the server keeps those. */
+  /** The statement once the schema is in place, as a named prepared statement while the server keeps those. Never throws. */
   private statement<Row>(text: string, values: unknown[]): Promise<Rows<Row>> {
     try {
-      return this.send<Row>(text, values);
+      if (!this.prepared) {
+        return this.prepare().then(() => {
+          this.prepared = true;
+          return this.statement<Row>(text, values);
+        });
+      }
+      const name = this.preparedNames?.get(text);
+      return (name === undefined ? this.pool.query(text, values) : this.pool.query({ name, text, values })) as Promise<Rows<Row>>;
     } catch (error) {
       return Promise.reject(error);
     }
   }
 
-  private send<Row>(text: string, values: unknown[]): Promise<Rows<Row>> {
-    if (!this.prepared) {
-      return this.prepare().then(() => {
-        this.prepared = true;
-        return this.statement<Row>(text, values);
-      });
-    }
-    const name = this.preparedNames?.get(text);
-    return (name === undefined ? this.pool.query(text, values) : this.pool.query({ name, text, values })) as Promise<Rows<Row>>;
-  }
-
-  /** No answer within our own bound (attempt()) is the server not answering too; a missing schema says what to do. */
+  /** No answer within our own bound (withRetries) is the server not answering too; a missing schema says what to do. */
   protected override otherError(operation: string, error: unknown, waitedMs: number): LockBackendError {
     if (error instanceof Error && error.message.startsWith('no answer within')) {
       return new LockServerUnreachableError('postgres', operation, this.address, waitedMs, this.unreachable() ?? error);

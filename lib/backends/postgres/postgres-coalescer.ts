@@ -52,35 +52,19 @@ export class StatementCoalescer<Input, Output> {
     while (this.pending.length > 0 && this.inFlight < MAX_STATEMENTS_IN_FLIGHT) {
       const rows = this.pending.splice(0, MAX_ROWS_PER_STATEMENT);
       this.inFlight++;
-      if (rows.length === 1) this.sendSingle(rows[0]);
-      else this.sendRows(rows);
+      // One row goes as the single-row statement: arrays cost the server more than the row.
+      const sent = rows.length === 1 ? this.sendOne(rows[0].input).then((output) => [output]) : this.sendMany(rows.map((row) => row.input));
+      sent.then(
+        (outputs) => {
+          this.answered();
+          rows.forEach((row, i) => row.resolve(outputs[i]));
+        },
+        (error) => {
+          this.answered();
+          rows.forEach((row) => row.reject(error));
+        },
+      );
     }
-  }
-
-  private sendSingle(row: Pending<Input, Output>): void {
-    this.sendOne(row.input).then(
-      (output) => {
-        this.answered();
-        row.resolve(output);
-      },
-      (error) => {
-        this.answered();
-        row.reject(error);
-      },
-    );
-  }
-
-  private sendRows(rows: Array<Pending<Input, Output>>): void {
-    this.sendMany(rows.map((row) => row.input)).then(
-      (outputs) => {
-        this.answered();
-        rows.forEach((row, i) => row.resolve(outputs[i]));
-      },
-      (error) => {
-        this.answered();
-        rows.forEach((row) => row.reject(error));
-      },
-    );
   }
 
   /** A statement was answered: the next may go. */

@@ -148,7 +148,7 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     const sentAt = performance.now();
     let row: AcquireRow;
     try {
-      [row] = await this.calls.query<AcquireRow>('take a lock', this.sql.acquire, [batch.name, batch.entry, this.listener.channel, batch.ttlMs, batch.aliveMs, false]);
+      row = await this.calls.queryOne<AcquireRow>('take a lock', this.sql.acquire, [batch.name, batch.entry, this.listener.channel, batch.ttlMs, batch.aliveMs, false]);
     } catch (error) {
       // It may still have run (an answer that came too late): take back what it took.
       void this.letGo(batch);
