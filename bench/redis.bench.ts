@@ -3,6 +3,9 @@ import Redlock from 'redlock';
 import { Mutex } from 'redis-semaphore';
 import type { LockBackend, LockService } from '../lib';
 import { createBackend } from '../lib/backends/registry';
+import { ownerValue } from '../lib/backends/redis/redis-commands';
+import { lockKeys } from '../lib/backends/redis/redis-keys';
+import { acquireScript, releaseScript } from '../lib/backends/redis/redis-lock-scripts';
 import { lockServiceOver } from './lock-services';
 import { startRedisServer } from '../servers/redis-server';
 import { printFlashSale } from './report';
@@ -11,7 +14,7 @@ import { formatRatio, median, pairedRatio } from './stats';
 import { progress } from './progress';
 import { cpuPerCycle } from './cpu-per-cycle';
 import { criticalPath, type TimedSocket } from './critical-path';
-import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK } from './workloads';
+import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK, WARMUP_CYCLES } from './workloads';
 import { recordFigure, recordTarget } from './summary';
 
 const CYCLE_ROUNDS = 25;
@@ -88,11 +91,13 @@ export async function run(): Promise<void> {
 
     console.log(
       `redis-server ${redis.url}; uncontended: ${CYCLE_ROUNDS} rounds x ${CYCLES_PER_ROUND} cycles, every library once per round ` +
-        'in a shuffled order, after a warm-up round; medians, and ratios taken inside each round',
+        `in a shuffled order, after a warm-up of ${WARMUP_CYCLES} cycles each; medians, and ratios taken inside each round`,
     );
-    const rounds = await interleavedCycles(new Map(contenders.map((c) => [c, c.runners[0]])), CYCLE_ROUNDS, CYCLES_PER_ROUND);
-    const cycles = new Map<Contender, number>(contenders.map((c) => [c, median(rounds.get(c)!)]));
-    for (const contender of contenders) {
+    // Not a contender (it cannot wait, so it sits out the sales): what this library's scripts cost with no library around them.
+    const floor: Contender = { label: "floor: this library's acquire and release scripts alone (a plain client, no library)", peer: false, runners: [scriptsAlone(connect())] };
+    const rounds = await interleavedCycles(new Map([...contenders, floor].map((c) => [c, c.runners[0]])), CYCLE_ROUNDS, CYCLES_PER_ROUND);
+    const cycles = new Map<Contender, number>([...contenders, floor].map((c) => [c, median(rounds.get(c)!)]));
+    for (const contender of [...contenders, floor]) {
       const perSecond = cycles.get(contender)!;
       console.log(`uncontended ${contender.label}: ${Math.round(perSecond)} cycles/s (${(1000 / perSecond).toFixed(3)} ms per cycle)`);
     }
@@ -124,6 +129,11 @@ export async function run(): Promise<void> {
           `flash-sale makespan ${formatRatio(sales.get(ours)!.makespanMs, sales.get(peer)!.makespanMs)}`,
       );
     }
+    // Cycle-time ratios, round by round (the inverse of the cycles/s ratios).
+    const timeRatio = (a: Contender, b: Contender) => 1 / pairedRatio(rounds.get(a)!, rounds.get(b)!).median;
+    const [floorVsPeer, oursVsFloor] = [timeRatio(floor, bestCycle), timeRatio(ours, floor)];
+    console.log(`uncontended cycle time, round by round: the scripts alone ${floorVsPeer.toFixed(2)}x the best peer's; this library ${oursVsFloor.toFixed(2)}x its scripts alone`);
+    recordFigure("uncontended cycle time: the library's scripts alone vs the best peer / the library vs its scripts alone", `${floorVsPeer.toFixed(2)}x / ${oursVsFloor.toFixed(2)}x`);
     await printCpuPerCycle(ours, bestCycle, connect());
     await printCriticalPath(ours.runners[0], backends[0], contenders.find((c) => c.label.startsWith('redis-semaphore'))!, mutexClients[0]);
     const cycleRatio = cycleRatios.get(bestCycle)!.median;
@@ -138,6 +148,23 @@ export async function run(): Promise<void> {
     for (const client of clients) client.disconnect();
     await redis.stop();
   }
+}
+
+/**
+ * This library's acquire and release scripts sent by a plain ioredis client, one after the other,
+ * with nothing around them (no in-process queue, lease, renewal, re-entrancy or timeouts): the
+ * floor of this library's uncontended cycle on Redis. Never waits: it fails if the name is held.
+ */
+function scriptsAlone(client: Redis): LockRunner {
+  let seq = 0;
+  return async (name, section) => {
+    const owner = `floor-${(++seq).toString(36)}`;
+    const keys = lockKeys(name).all;
+    const reply = await acquireScript.run(client, keys, [owner, LEASE_MS, 'bench-floor', WAIT_MS, name, '1']);
+    if (reply[0] !== 1) throw new Error(`the scripts-alone floor found "${name}" held`);
+    await section();
+    await releaseScript.run(client, keys, [ownerValue(reply[1], owner), name]);
+  };
 }
 
 /** Redis' own CPU time so far (`INFO cpu`, user + system), in microseconds. */

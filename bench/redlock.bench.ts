@@ -4,12 +4,15 @@ import Redlock from 'redlock';
 import { RedlockMutex } from 'redis-semaphore';
 import type { LockService } from '../lib';
 import { createBackend } from '../lib/backends/registry';
+import { quorum } from '../lib/backends/redlock/redlock-options';
+import { acquireScript, redlockKeys, releaseScript } from '../lib/backends/redlock/redlock-scripts';
+import type { RedisScript } from '../lib/backends/redis/redis-script';
 import { RedisMasters } from '../servers/redis-masters';
 import { lockServiceOver } from './lock-services';
 import { printFlashSale } from './report';
 import { formatRatio, median, pairedRatio } from './stats';
-import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK } from './workloads';
-import { recordTarget } from './summary';
+import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK, WARMUP_CYCLES } from './workloads';
+import { recordFigure, recordTarget } from './summary';
 
 const CYCLE_ROUNDS = 15;
 const CYCLES_PER_ROUND = 200;
@@ -106,10 +109,12 @@ async function runOn(count: number): Promise<void> {
       return contender;
     });
 
-    console.log(`${count} masters ${masters.addresses.join(', ')}; uncontended: ${CYCLE_ROUNDS} rounds x ${CYCLES_PER_ROUND} cycles, shuffled per round, after a warm-up round`);
-    const rounds = await interleavedCycles(new Map(contenders.map((c) => [c, c.runners[0]])), CYCLE_ROUNDS, CYCLES_PER_ROUND);
-    const cycles = new Map<Contender, number>(contenders.map((c) => [c, median(rounds.get(c)!)]));
-    for (const contender of contenders) {
+    // Not a contender (it cannot wait, so it sits out the sales): what this library's scripts cost with no library around them.
+    const floor: Contender = { label: "floor: this library's acquire and release scripts alone, to every master (plain clients, no library)", runners: [scriptsAlone(connectAll())], gaveUp: 0 };
+    console.log(`${count} masters ${masters.addresses.join(', ')}; uncontended: ${CYCLE_ROUNDS} rounds x ${CYCLES_PER_ROUND} cycles, shuffled per round, after a warm-up of ${WARMUP_CYCLES} cycles each`);
+    const rounds = await interleavedCycles(new Map([...contenders, floor].map((c) => [c, c.runners[0]])), CYCLE_ROUNDS, CYCLES_PER_ROUND);
+    const cycles = new Map<Contender, number>([...contenders, floor].map((c) => [c, median(rounds.get(c)!)]));
+    for (const contender of [...contenders, floor]) {
       const perSecond = cycles.get(contender)!;
       console.log(`uncontended ${contender.label}: ${Math.round(perSecond)} cycles/s (${(1000 / perSecond).toFixed(3)} ms per cycle)`);
     }
@@ -137,6 +142,9 @@ async function runOn(count: number): Promise<void> {
       );
     }
     const cycleTimeRatio = 1 / pairedRatio(rounds.get(ours)!, rounds.get(bestCycle)!).median;
+    const [floorVsPeer, oursVsFloor] = [1 / pairedRatio(rounds.get(floor)!, rounds.get(bestCycle)!).median, 1 / pairedRatio(rounds.get(ours)!, rounds.get(floor)!).median];
+    console.log(`uncontended cycle time, round by round: the scripts alone ${floorVsPeer.toFixed(2)}x the best peer's; this library ${oursVsFloor.toFixed(2)}x its scripts alone`);
+    recordFigure(`uncontended cycle time, ${count} masters: the library's scripts alone vs the best peer / the library vs its scripts alone`, `${floorVsPeer.toFixed(2)}x / ${oursVsFloor.toFixed(2)}x`);
     const saleRatio = sales.get(ours)!.makespanMs / sales.get(bestSale)!.makespanMs;
     recordTarget(`uncontended cycle time vs the best peer's (${bestCycle.label})`, cycleTimeRatio, '<=', 1.1);
     recordTarget(`flash-sale makespan vs the best peer's (${bestSale.label})`, saleRatio, '<=', 0.2);
@@ -145,4 +153,37 @@ async function runOn(count: number): Promise<void> {
     for (const client of clients) client.disconnect();
     await masters.stop();
   }
+}
+
+/**
+ * This library's acquire and release scripts sent by plain ioredis clients to every master at
+ * once, going on as soon as a majority answered, as the library does, with nothing else (no
+ * in-process queue, lease, renewal, re-entrancy, timeouts or fence write-back: the masters' fences
+ * stay in step here, so none is needed). The floor of this library's uncontended Redlock cycle.
+ */
+function scriptsAlone(clients: Redis[]): LockRunner {
+  const majority = quorum(clients.length);
+  let seq = 0;
+  return async (name, section) => {
+    const entry = `floor-${(++seq).toString(36)}`;
+    const keys = redlockKeys(name);
+    const grants = await firstMajority(clients, (client) => acquireScript.run(client, keys, [entry, LEASE_MS, '', WAIT_MS, 0, '0']), majority);
+    if (grants.some((grant) => grant[0] !== 1)) throw new Error(`the scripts-alone floor found "${name}" held`);
+    const token = Math.max(...grants.map((grant) => grant[1]));
+    await section();
+    await firstMajority(clients, (client) => releaseScript.run(client, keys, [entry, String(token), '']), majority);
+  };
+}
+
+/** Sends to every client at once; resolves with the first `majority` replies (a failure rejects: a floor has no failures to count). */
+function firstMajority<T>(clients: Redis[], send: (client: Redis) => ReturnType<RedisScript<T>['run']>, majority: number): Promise<T[]> {
+  return new Promise((resolve, reject) => {
+    const replies: T[] = [];
+    for (const client of clients) {
+      send(client).then((reply) => {
+        replies.push(reply);
+        if (replies.length === majority) resolve(replies);
+      }, reject);
+    }
+  });
 }

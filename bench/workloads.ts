@@ -34,13 +34,21 @@ export async function uncontendedCycles(run: LockRunner, rounds = 7, cyclesPerRo
 }
 
 /**
+ * Cycles each library runs before any is measured. V8 optimizes a call path only after it has
+ * run many times, and a deeper path takes longer: this library's Redlock cycle was still 1.8x its
+ * steady time after 200 cycles and reached it after about 3,000, while the peers' shallower paths
+ * were steady after a few hundred. A long-running service only ever sees the steady state.
+ */
+export const WARMUP_CYCLES = 3000;
+
+/**
  * Uncontended cycles of several libraries, in rounds: each round runs every library once, in a
- * shuffled order (no library always runs right after the same one), after one warm-up round.
+ * shuffled order (no library always runs right after the same one), after `warmupCycles` of each.
  * Returns cycles per second per library, one entry per round, aligned by round.
  */
-export async function interleavedCycles<K>(runners: ReadonlyMap<K, LockRunner>, rounds: number, cyclesPerRound: number): Promise<Map<K, number[]>> {
+export async function interleavedCycles<K>(runners: ReadonlyMap<K, LockRunner>, rounds: number, cyclesPerRound: number, warmupCycles = WARMUP_CYCLES): Promise<Map<K, number[]>> {
   const results = new Map<K, number[]>([...runners.keys()].map((key) => [key, []]));
-  for (const run of runners.values()) await uncontendedCycles(run, 1, cyclesPerRound);
+  for (const run of runners.values()) await uncontendedCycles(run, 1, warmupCycles);
   for (let round = 0; round < rounds; round++) {
     const order = [...runners.keys()].sort(() => Math.random() - 0.5);
     for (const key of order) results.get(key)!.push((await uncontendedCycles(runners.get(key)!, 1, cyclesPerRound)).cyclesPerSecond);
