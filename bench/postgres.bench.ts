@@ -7,7 +7,7 @@ import { DURABLE_CHECK, DURABLE_CTE, statements } from '../lib/backends/postgres
 import { runSql, startPostgresServer } from '../servers/postgres-server';
 import { lockServiceOver } from './lock-services';
 import { printFlashSale } from './report';
-import { formatRatio, median, pairedRatio } from './stats';
+import { formatRatio, median, pairedTimeRatio } from './stats';
 import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK } from './workloads';
 import { recordFigure, recordTarget } from './summary';
 
@@ -83,10 +83,8 @@ export async function run(): Promise<void> {
       printFlashSale(contender.label, result);
     }
     const [ours, advisory, polling] = contenders;
-    const vsAdvisory = pairedRatio(rounds.get(ours)!, rounds.get(advisory)!);
-    // Cycle time is the inverse of cycles/s: ours / advisory in time = advisory / ours in rate.
-    const cycleTimeRatio = 1 / vsAdvisory.median;
-    const timeRatio = (a: Contender, b: Contender) => 1 / pairedRatio(rounds.get(a)!, rounds.get(b)!).median;
+    const timeRatio = (a: Contender, b: Contender) => pairedTimeRatio(rounds.get(a)!, rounds.get(b)!);
+    const cycleTimeRatio = timeRatio(ours, advisory);
     const oursVsShared = timeRatio(ours, advisoryShared);
     const floorRatio = timeRatio(floor, advisoryShared);
     const bareRatio = timeRatio(bareRow, advisoryShared);

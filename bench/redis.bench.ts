@@ -10,7 +10,7 @@ import { lockServiceOver } from './lock-services';
 import { startRedisServer } from '../servers/redis-server';
 import { printFlashSale } from './report';
 import { redisStockFloor, redisStockSale, type StockSaleResult } from './redis-stock-sale';
-import { formatRatio, median, pairedRatio } from './stats';
+import { formatRatio, median, pairedRatio, pairedTimeRatio } from './stats';
 import { progress } from './progress';
 import { cpuPerCycle } from './cpu-per-cycle';
 import { criticalPath, type TimedSocket } from './critical-path';
@@ -95,9 +95,10 @@ export async function run(): Promise<void> {
     );
     // Not a contender (it cannot wait, so it sits out the sales): what this library's scripts cost with no library around them.
     const floor: Contender = { label: "floor: this library's acquire and release scripts alone (a plain client, no library)", peer: false, runners: [scriptsAlone(connect())] };
-    const rounds = await interleavedCycles(new Map([...contenders, floor].map((c) => [c, c.runners[0]])), CYCLE_ROUNDS, CYCLES_PER_ROUND);
-    const cycles = new Map<Contender, number>([...contenders, floor].map((c) => [c, median(rounds.get(c)!)]));
-    for (const contender of [...contenders, floor]) {
+    const measured = [...contenders, floor];
+    const rounds = await interleavedCycles(new Map(measured.map((c) => [c, c.runners[0]])), CYCLE_ROUNDS, CYCLES_PER_ROUND);
+    const cycles = new Map<Contender, number>(measured.map((c) => [c, median(rounds.get(c)!)]));
+    for (const contender of measured) {
       const perSecond = cycles.get(contender)!;
       console.log(`uncontended ${contender.label}: ${Math.round(perSecond)} cycles/s (${(1000 / perSecond).toFixed(3)} ms per cycle)`);
     }
@@ -129,8 +130,7 @@ export async function run(): Promise<void> {
           `flash-sale makespan ${formatRatio(sales.get(ours)!.makespanMs, sales.get(peer)!.makespanMs)}`,
       );
     }
-    // Cycle-time ratios, round by round (the inverse of the cycles/s ratios).
-    const timeRatio = (a: Contender, b: Contender) => 1 / pairedRatio(rounds.get(a)!, rounds.get(b)!).median;
+    const timeRatio = (a: Contender, b: Contender) => pairedTimeRatio(rounds.get(a)!, rounds.get(b)!);
     const [floorVsPeer, oursVsFloor] = [timeRatio(floor, bestCycle), timeRatio(ours, floor)];
     console.log(`uncontended cycle time, round by round: the scripts alone ${floorVsPeer.toFixed(2)}x the best peer's; this library ${oursVsFloor.toFixed(2)}x its scripts alone`);
     recordFigure("uncontended cycle time: the library's scripts alone vs the best peer / the library vs its scripts alone", `${floorVsPeer.toFixed(2)}x / ${oursVsFloor.toFixed(2)}x`);

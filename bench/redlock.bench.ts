@@ -10,7 +10,7 @@ import type { RedisScript } from '../lib/backends/redis/redis-script';
 import { RedisMasters } from '../servers/redis-masters';
 import { lockServiceOver } from './lock-services';
 import { printFlashSale } from './report';
-import { formatRatio, median, pairedRatio } from './stats';
+import { formatRatio, median, pairedRatio, pairedTimeRatio } from './stats';
 import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK, WARMUP_CYCLES } from './workloads';
 import { recordFigure, recordTarget } from './summary';
 
@@ -112,9 +112,10 @@ async function runOn(count: number): Promise<void> {
     // Not a contender (it cannot wait, so it sits out the sales): what this library's scripts cost with no library around them.
     const floor: Contender = { label: "floor: this library's acquire and release scripts alone, to every master (plain clients, no library)", runners: [scriptsAlone(connectAll())], gaveUp: 0 };
     console.log(`${count} masters ${masters.addresses.join(', ')}; uncontended: ${CYCLE_ROUNDS} rounds x ${CYCLES_PER_ROUND} cycles, shuffled per round, after a warm-up of ${WARMUP_CYCLES} cycles each`);
-    const rounds = await interleavedCycles(new Map([...contenders, floor].map((c) => [c, c.runners[0]])), CYCLE_ROUNDS, CYCLES_PER_ROUND);
-    const cycles = new Map<Contender, number>([...contenders, floor].map((c) => [c, median(rounds.get(c)!)]));
-    for (const contender of [...contenders, floor]) {
+    const measured = [...contenders, floor];
+    const rounds = await interleavedCycles(new Map(measured.map((c) => [c, c.runners[0]])), CYCLE_ROUNDS, CYCLES_PER_ROUND);
+    const cycles = new Map<Contender, number>(measured.map((c) => [c, median(rounds.get(c)!)]));
+    for (const contender of measured) {
       const perSecond = cycles.get(contender)!;
       console.log(`uncontended ${contender.label}: ${Math.round(perSecond)} cycles/s (${(1000 / perSecond).toFixed(3)} ms per cycle)`);
     }
@@ -141,8 +142,8 @@ async function runOn(count: number): Promise<void> {
           `flash-sale makespan ${formatRatio(sales.get(ours)!.makespanMs, sales.get(peer)!.makespanMs)}`,
       );
     }
-    const cycleTimeRatio = 1 / pairedRatio(rounds.get(ours)!, rounds.get(bestCycle)!).median;
-    const [floorVsPeer, oursVsFloor] = [1 / pairedRatio(rounds.get(floor)!, rounds.get(bestCycle)!).median, 1 / pairedRatio(rounds.get(ours)!, rounds.get(floor)!).median];
+    const timeRatio = (a: Contender, b: Contender) => pairedTimeRatio(rounds.get(a)!, rounds.get(b)!);
+    const [cycleTimeRatio, floorVsPeer, oursVsFloor] = [timeRatio(ours, bestCycle), timeRatio(floor, bestCycle), timeRatio(ours, floor)];
     console.log(`uncontended cycle time, round by round: the scripts alone ${floorVsPeer.toFixed(2)}x the best peer's; this library ${oursVsFloor.toFixed(2)}x its scripts alone`);
     recordFigure(`uncontended cycle time, ${count} masters: the library's scripts alone vs the best peer / the library vs its scripts alone`, `${floorVsPeer.toFixed(2)}x / ${oursVsFloor.toFixed(2)}x`);
     const saleRatio = sales.get(ours)!.makespanMs / sales.get(bestSale)!.makespanMs;

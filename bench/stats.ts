@@ -21,3 +21,8 @@ export function pairedRatio(ours: readonly number[], theirs: readonly number[]):
   const ratios = ours.map((value, round) => value / theirs[round]);
   return { median: median(ratios), p25: percentile(ratios, 25), p75: percentile(ratios, 75) };
 }
+
+/** From cycles/s per round: how many times `theirs`' cycle time `ours` takes, round by round (pairedRatio's median, inverted). */
+export function pairedTimeRatio(ours: readonly number[], theirs: readonly number[]): number {
+  return 1 / pairedRatio(ours, theirs).median;
+}
