@@ -39,7 +39,7 @@ export class LockLease implements AbortWatcher {
   /** Set by drain() at shutdown: renewals stop, and the lease ends with the holder or its deadline. */
   private drained?: { promise: Promise<void>; resolve: () => void };
   /** When the grant reached this process: hold times count from here. */
-  private readonly grantedAt = performance.now();
+  private readonly grantedAt: number;
 
   constructor(
     private readonly backend: LockBackend,
@@ -54,8 +54,9 @@ export class LockLease implements AbortWatcher {
     /** Told once, after the backend release, so the owner can stop tracking this lease. */
     private readonly onReleased: (lease: LockLease) => void,
   ) {
+    const now = (this.grantedAt = performance.now());
     // The server's lease started after the request was sent, never before: count from then.
-    this.deadline = (grant.requestedAt ?? performance.now()) + ttlMs - this.driftMs(ttlMs);
+    this.deadline = (grant.requestedAt ?? now) + ttlMs - this.driftMs(ttlMs);
     const provisional = grant.provisional;
     if (provisional) {
       // Handed over before the server recorded us: the previous holder's lease covers us until then.
@@ -66,7 +67,7 @@ export class LockLease implements AbortWatcher {
         else this.confirm(from, this.ttlMs, true);
       });
     }
-    if (autoRenew) this.renewAt = nextRenewal(this.interval());
+    if (autoRenew) this.renewAt = nextRenewal(this.interval(), now);
     this.arm();
     if (grant.lost.aborted) this.reportedLost(grant.lost.reason);
     else listenToAbort(grant.lost, this);
@@ -242,8 +243,8 @@ export class LockLease implements AbortWatcher {
     return Math.max(driftAllowanceMs(ttlMs), this.backend.driftAllowanceMs?.(ttlMs) ?? 0);
   }
 
-  private checkDeadline(): void {
-    if (this.released === undefined && this.lostError === undefined && performance.now() >= this.deadline) {
+  private checkDeadline(now = performance.now()): void {
+    if (this.released === undefined && this.lostError === undefined && now >= this.deadline) {
       if (this.drained) this.markLost('backend-closed');
       else if (this.renewFailure !== undefined) this.markLost('server-unreachable', this.renewFailure);
       else this.markLost('lease-expired');
@@ -261,8 +262,9 @@ export class LockLease implements AbortWatcher {
    * promises, not an async chain: this is on every lock's path.
    */
   private releaseAtBackend(): Promise<void> {
-    this.checkDeadline();
-    const validForMs = this.lostError ? undefined : this.deadline - performance.now();
+    const now = performance.now();
+    this.checkDeadline(now);
+    const validForMs = this.lostError ? undefined : this.deadline - now;
     let released: Promise<void>;
     try {
       released = this.backend.release(this.grant, validForMs);
@@ -284,13 +286,15 @@ export class LockLease implements AbortWatcher {
         callerWait.resolve();
       }
     };
-    released.then(settled, (error) => {
+    const answered = released.then(settled, (error) => {
       // The lease runs out on its own; failing the caller's finished work would mislead it.
       logger.warn(`Releasing lock "${this.name}" failed; it expires with its lease: ${(error as Error).message}`);
       settled();
     });
     const waitMs = Math.min(validForMs ?? 0, this.serverTimeoutMs);
     if (!(waitMs > 0)) return RESOLVED;
+    // The backend answers within serverTimeoutMs, and the lease lasts longer: no timer of ours.
+    if (waitMs === this.serverTimeoutMs && this.backend.boundedRelease) return answered;
     // Kept alive: the caller waits for the server, until the answer or waitMs, whichever is first.
     return new Promise<void>((resolve) => (callerWait = { resolve, timer: deadlines.add(performance.now() + waitMs, resolve, true) }));
   }

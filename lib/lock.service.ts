@@ -162,19 +162,33 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
 
   private async run<T>(name: string, fn: (lock: LockHandle) => T | Promise<T>, options: ResolvedRunOptions, signal: AbortSignal | undefined, method: string): Promise<T | undefined> {
     const skip = options.onTimeout === 'skip';
-    let handle: LockHandle;
+    let handle: LockHandle | null;
     try {
-      handle = await this.acquireWith(name, options, signal, method, skip);
+      const taken = this.begin(name, options, signal, method, options.waitTimeoutMs !== 0);
+      if (taken instanceof WaitRequest) {
+        // Awaited here, not through waited(): a promise layer less on every lock's path.
+        let grant: LockGrant;
+        try {
+          grant = await taken.granted;
+        } catch (error) {
+          throw this.waitFailed(taken, error);
+        } finally {
+          this.waitEnded(taken);
+        }
+        const held = this.holding(grant, name, options, taken.started);
+        handle = held instanceof LockHandle ? held : await held;
+      } else {
+        handle = await taken;
+      }
     } catch (error) {
-      if (!skip || !(error instanceof LockTimeoutError)) throw error;
-      logger.debug(`${method} skipped: lock "${name}" was not taken within ${error.waitedMs} ms (onTimeout: 'skip').`);
-      return undefined;
+      return this.notTaken(name, error, skip, method);
     }
+    if (!handle) return this.notTaken(name, new LockTimeoutError(name, 0), skip, method);
     const lease = handle.lease;
     const scope = handle.reentrant ? lockContext.getStore() : LockScope.with(lockContext.getStore(), this, lease.grant.key, handle);
     let result: T;
     try {
-      const returned = lockContext.run(scope!, () => fn(handle));
+      const returned = lockContext.run(scope!, fn, handle);
       // A plain value needs no await: the release starts at once.
       result = isPromiseLike(returned) ? await returned : returned;
     } catch (error) {
@@ -302,11 +316,22 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
 
   /** Rethrows `error`; a lock not taken in time is published first, as skipped when the caller will skip. */
   private timedOut(name: string, error: unknown, skip: boolean): never {
-    if (error instanceof LockTimeoutError) {
-      const published = skip ? lockChannels.skipped : lockChannels.timedOut;
-      if (published.hasSubscribers) published.publish({ name, backend: this.backend.name, waitedMs: error.waitedMs } satisfies TimedOutMessage);
-    }
+    this.publishTimeout(name, error, skip);
     throw error;
+  }
+
+  /** A lock run() did not take: rethrows `error`, or, for a timeout the caller skips, resolves to undefined. */
+  private notTaken(name: string, error: unknown, skip: boolean, method: string): undefined {
+    if (!skip || !(error instanceof LockTimeoutError)) return this.timedOut(name, error, skip);
+    this.publishTimeout(name, error, skip);
+    logger.debug(`${method} skipped: lock "${name}" was not taken within ${error.waitedMs} ms (onTimeout: 'skip').`);
+    return undefined;
+  }
+
+  private publishTimeout(name: string, error: unknown, skip: boolean): void {
+    if (!(error instanceof LockTimeoutError)) return;
+    const published = skip ? lockChannels.skipped : lockChannels.timedOut;
+    if (published.hasSubscribers) published.publish({ name, backend: this.backend.name, waitedMs: error.waitedMs } satisfies TimedOutMessage);
   }
 
   /**
@@ -314,6 +339,15 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
    * it, else from the backend, waiting in its queue when `wait`, or taken only if free (null if not).
    */
   private take(name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, wait: boolean): Promise<LockHandle | null> {
+    const taken = this.begin(name, options, signal, method, wait);
+    return taken instanceof WaitRequest ? this.waited(taken, name, options) : taken;
+  }
+
+  /**
+   * take() up to the backend's answer: the handle's promise (re-entered, a try, a traced
+   * acquisition, bad input), or, for a plain wait, the request on its way, for the caller to await.
+   */
+  private begin(name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, wait: boolean): Promise<LockHandle | null> | WaitRequest {
     try {
       assertLockName(name, method);
       const key = this.backendKey(name);
@@ -321,9 +355,11 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
       if (reentered) return Promise.resolve(reentered);
       signal?.throwIfAborted();
       this.assertRunning();
-      if (!tracingAcquire()) return this.fromBackend(key, name, options, signal, wait);
-      const message: AcquireMessage = { name, backend: this.backend.name, wait };
-      return lockChannels.acquire.tracePromise(() => this.fromBackend(key, name, options, signal, wait, message), message);
+      if (tracingAcquire()) {
+        const message: AcquireMessage = { name, backend: this.backend.name, wait };
+        return lockChannels.acquire.tracePromise(() => this.fromBackend(key, name, options, signal, wait, message), message);
+      }
+      return wait ? this.startWait(key, name, options, signal) : this.fromBackend(key, name, options, signal, false);
     } catch (error) {
       // Not async (a promise layer less per cycle): bad input still rejects, never throws.
       return Promise.reject(error);
@@ -339,43 +375,63 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     wait: boolean,
     message?: AcquireMessage,
   ): Promise<LockHandle | null> {
+    if (wait) return this.waited(this.startWait(key, name, options, signal), name, options, message);
     const started = performance.now();
+    let taken: LockGrant | null;
+    try {
+      taken = await this.tryGrant(key, options.ttlMs);
+    } finally {
+      if (message) message.waitedMs = performance.now() - started;
+    }
+    return taken && this.holding(taken, name, options, started, message);
+  }
+
+  /** The request goes to the backend; its wait's clock starts while it is on its way. */
+  private startWait(key: string, name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined): WaitRequest {
+    const request = new WaitRequest(key, this.nextOwner(), options.ttlMs, performance.now());
+    let granted: Promise<LockGrant>;
+    try {
+      granted = this.backend.acquire(request);
+    } catch (error) {
+      granted = Promise.reject(error);
+    }
+    // Set up while the request is on its way to the server: nothing here is needed before it answers.
+    request.startClock(name, options.waitTimeoutMs, signal, this.backend);
+    request.granted = this.backend.settlesStoppedWaits ? granted : request.bound(granted, this.releaseLate);
+    this.waits.add(request);
+    return request;
+  }
+
+  /** The handle of the grant `request` waits for. */
+  private async waited(request: WaitRequest, name: string, options: ResolvedLockOptions, message?: AcquireMessage): Promise<LockHandle> {
     let grant: LockGrant;
-    if (!wait) {
-      let taken: LockGrant | null;
-      try {
-        taken = await this.tryGrant(key, options.ttlMs);
-      } finally {
-        if (message) message.waitedMs = performance.now() - started;
-      }
-      if (!taken) return null;
-      grant = taken;
-    } else {
-      const request = new WaitRequest(key, this.nextOwner(), options.ttlMs);
-      let granted: Promise<LockGrant>;
-      try {
-        granted = this.backend.acquire(request);
-      } catch (error) {
-        granted = Promise.reject(error);
-      }
-      // Set up while the request is on its way to the server: nothing here is needed before it answers.
-      request.startClock(name, started, options.waitTimeoutMs, signal, this.backend);
-      this.waits.add(request);
-      try {
-        grant = await (this.backend.settlesStoppedWaits ? granted : request.bound(granted, this.releaseLate));
-      } catch (error) {
-        // A timeout or the caller's abort reaches us as the signal's own reason: pass it through.
-        throw request.stoppedWith(error) ? error : this.wrap('acquire', error);
-      } finally {
-        request.stopClock();
-        this.waits.delete(request);
-        if (message) message.waitedMs = performance.now() - started;
-      }
+    try {
+      grant = await request.granted;
+    } catch (error) {
+      throw this.waitFailed(request, error);
+    } finally {
+      this.waitEnded(request, message);
     }
-    if (this.shuttingDown) {
-      await this.backend.release(grant).catch(() => undefined);
-      this.assertRunning();
-    }
+    return this.holding(grant, name, options, request.started, message);
+  }
+
+  /** A timeout or the caller's abort reaches us as the signal's own reason: passed through; else wrapped. */
+  private waitFailed(request: WaitRequest, error: unknown): unknown {
+    return request.stoppedWith(error) ? error : this.wrap('acquire', error);
+  }
+
+  private waitEnded(request: WaitRequest, message?: AcquireMessage): void {
+    request.stopClock();
+    this.waits.delete(request);
+    if (message) message.waitedMs = performance.now() - request.started;
+  }
+
+  /**
+   * The handle of a new `grant`, asked for at `started`; at shutdown the grant goes straight back
+   * (a rejected promise, then).
+   */
+  private holding(grant: LockGrant, name: string, options: ResolvedLockOptions, started: number, message?: AcquireMessage): LockHandle | Promise<never> {
+    if (this.shuttingDown) return this.givenBack(grant);
     const handle = new LockHandle(this.track(grant, name, options), false);
     if (message) message.fencingToken = grant.fencingToken;
     if (lockChannels.acquired.hasSubscribers) {
@@ -385,8 +441,18 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     return handle;
   }
 
+  /** A grant that came during shutdown: released, and the caller told no lock is taken now. */
+  private async givenBack(grant: LockGrant): Promise<never> {
+    await this.backend.release(grant).catch(() => undefined);
+    throw this.shutdownError();
+  }
+
   private assertRunning(): void {
-    if (this.shuttingDown) throw new DistributedLockError('The application is shutting down: no new locks are taken.');
+    if (this.shuttingDown) throw this.shutdownError();
+  }
+
+  private shutdownError(): DistributedLockError {
+    return new DistributedLockError('The application is shutting down: no new locks are taken.');
   }
 
   /** One round trip, bounded by serverTimeoutMs whatever the server does; a late grant is given back. */

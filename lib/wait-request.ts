@@ -16,17 +16,23 @@ export class WaitRequest implements AcquireRequest, AbortWatcher {
   private stopWatcher?: AbortWatcher;
   private stopped?: { reason: unknown };
 
+  /** The backend's promise of the grant, bounded by this request's stop (see bound). */
+  granted!: Promise<LockGrant>;
+
   constructor(
     readonly key: string,
     readonly owner: string,
     readonly ttlMs: number,
+    /** `performance.now()` when the caller asked: the wait's clock counts from it. */
+    readonly started: number,
   ) {}
 
   /**
-   * Ends the wait `waitTimeoutMs` after `started`, or when the caller's signal aborts. A wait
+   * Ends the wait `waitTimeoutMs` after it started, or when the caller's signal aborts. A wait
    * that ends while the server cannot be reached says so, rather than blaming a holder.
    */
-  startClock(name: string, started: number, waitTimeoutMs: number, callerSignal: AbortSignal | undefined, backend: LockBackend): void {
+  startClock(name: string, waitTimeoutMs: number, callerSignal: AbortSignal | undefined, backend: LockBackend): void {
+    const started = this.started;
     if (waitTimeoutMs !== Infinity) {
       // Kept alive for: a process waiting for a lock is not done.
       this.timer = deadlines.add(

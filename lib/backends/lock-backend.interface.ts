@@ -68,6 +68,13 @@ export interface LockBackend {
    */
   readonly settlesStoppedWaits?: boolean;
 
+  /**
+   * True when release's promise settles within the module's serverTimeoutMs whatever the server
+   * does (the backend bounds each request): a caller then awaits it as it is, with no timer of
+   * LockService's own, unless the lease ends sooner.
+   */
+  readonly boundedRelease?: boolean;
+
   /** Take the lock only if it is free right now; never queue. */
   tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null>;
 

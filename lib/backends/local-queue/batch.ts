@@ -38,7 +38,10 @@ export class Batch {
   state: BatchState = 'open';
   private readonly callers: QueuedCaller[] = [];
   private joined = 0;
-  private served = 0n;
+  private served = 0;
+  /** The token of the first turn under the entry whose token is `baseOf`: made once per entry. */
+  private baseToken = 0n;
+  private baseOf?: bigint;
   /** The server's fencing token for this batch's entry, once it holds. */
   entryToken?: bigint;
   /** The owner served now, if any. */
@@ -85,15 +88,21 @@ export class Batch {
     return undefined;
   }
 
-  /** The next turn's fencing token. */
+  /** The next turn's fencing token. A lone caller's is the base itself: no BigInt is made for it. */
   token(): bigint {
-    return batchToken(this.entryToken!, this.served++);
+    const entryToken = this.entryToken!;
+    if (this.baseOf !== entryToken) {
+      this.baseOf = entryToken;
+      this.baseToken = batchToken(entryToken, 0n);
+    }
+    const turn = this.served++;
+    return turn === 0 ? this.baseToken : this.baseToken + BigInt(turn);
   }
 
   /** The entry is gone and the batch puts a new one: turns count from 0 again under it. */
   newEntry(): void {
     this.entryToken = undefined;
-    this.served = 0n;
+    this.served = 0;
   }
 
   /** Ends every wait still pending with `error`. */

@@ -98,6 +98,13 @@ export class LocalQueues<B extends Batch> {
     }
     const joined = batch;
     joined.add({ request, wait });
+    const sendNow = first && this.sendFirstAtOnce;
+    if (sendNow) {
+      // The request leaves first; the rest of this setup happens while it is on its way, and
+      // the tick's callers still join it.
+      joined.lateJoins = true;
+      this.pump(queue);
+    }
     const abandoned = (reason: unknown) => this.left(queue, joined, reason);
     if (request.onStop) {
       // Told without an AbortSignal: from the start, even while the entry is on its way.
@@ -108,11 +115,8 @@ export class LocalQueues<B extends Batch> {
       if (first) joined.listenLater = listen;
       else listen();
     }
-    if (first && this.sendFirstAtOnce) {
-      // The request is on its way while the caller sets up its wait; the tick's callers still join it.
-      joined.lateJoins = true;
+    if (sendNow) {
       this.sendSoon(() => (joined.lateJoins = false));
-      this.pump(queue);
     } else if (joined.state === 'open' && !queue.pumpScheduled) {
       queue.pumpScheduled = true;
       this.sendSoon(() => {
@@ -181,17 +185,24 @@ export class LocalQueues<B extends Batch> {
 
   /** The batch is over: its callers still waiting get `error`, and the name's queue moves on. */
   end(batch: B, error?: unknown): void {
-    if (batch.state === 'ended') return;
+    const rest = this.drop(batch, error);
+    if (rest) this.pump(rest);
+  }
+
+  /** end() without moving the queue on: the name's queue when other batches are left in it. */
+  private drop(batch: B, error?: unknown): NameQueue<B> | undefined {
+    if (batch.state === 'ended') return undefined;
     batch.state = 'ended';
     batch.listenLater = undefined;
     // Built only when someone still waits: an error's stack costs more than a whole lock cycle's bookkeeping.
     if (batch.hasCallers) batch.rejectAll(error ?? this.closedWhileWaiting());
     const queue = this.queues.get(batch.name);
-    if (!queue) return;
+    if (!queue) return undefined;
     const index = queue.batches.indexOf(batch);
     if (index >= 0) queue.batches.splice(index, 1);
-    if (queue.batches.length === 0) this.queues.delete(batch.name);
-    else this.pump(queue);
+    if (queue.batches.length > 0) return queue;
+    this.queues.delete(batch.name);
+    return undefined;
   }
 
   /**
@@ -257,13 +268,20 @@ export class LocalQueues<B extends Batch> {
     );
   }
 
+  /**
+   * Ends the batch and removes its entry, then moves the name's queue on: the removal goes out
+   * before the name's next entry, and the backend sees the batch gone from the queue.
+   */
   private finish(batch: B): Promise<void> {
-    this.end(batch);
+    const rest = this.drop(batch);
+    let removed: Promise<void>;
     try {
-      return this.entries.remove(batch);
+      removed = this.entries.remove(batch);
     } catch (error) {
-      return Promise.reject(error);
+      removed = Promise.reject(error);
     }
+    if (rest) this.pump(rest);
+    return removed;
   }
 
   /** A caller of `batch` gave up: a batch nobody waits in any more leaves the queue. */
