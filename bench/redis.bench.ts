@@ -160,10 +160,10 @@ function scriptsAlone(client: Redis): LockRunner {
   return async (name, section) => {
     const owner = `floor-${(++seq).toString(36)}`;
     const keys = lockKeys(name).all;
-    const reply = await acquireScript.run(client, keys, [owner, LEASE_MS, 'bench-floor', WAIT_MS, name, '1']);
-    if (reply[0] !== 1) throw new Error(`the scripts-alone floor found "${name}" held`);
+    const fence = await acquireScript.run(client, keys, [owner, LEASE_MS, `${WAIT_MS} bench-floor`]);
+    if (typeof fence !== 'number') throw new Error(`the scripts-alone floor found "${name}" held`);
     await section();
-    await releaseScript.run(client, keys, [ownerValue(reply[1], owner), name]);
+    await releaseScript.run(client, keys, [ownerValue(fence, owner)]);
   };
 }
 

@@ -1,8 +1,8 @@
 import { Logger } from '@nestjs/common';
 import { SameTickBatches } from '../same-tick-batches';
-import type { RedisConnections } from './redis-connection';
+import type { Answered, RedisConnections } from './redis-connection';
 import { lockKeys, type LockKeys } from './redis-keys';
-import { acquireScript, cancelScript, checkScript, releaseScript, renewManyScript, renewScript } from './redis-lock-scripts';
+import { acquireScript, cancelScript, checkScript, releaseScript, renewManyScript, renewScript, type AcquireReply } from './redis-lock-scripts';
 import type { RedisScript } from './redis-script';
 
 const KEY_CACHE_SIZE = 10_000;
@@ -20,7 +20,7 @@ interface Renewal {
 const logger = new Logger('DistributedLock');
 
 /** The value of the owner key: the fence makes it unique per grant, the owner id per caller. */
-export const ownerValue = (fence: bigint | string, owner: string) => `${fence} ${owner}`;
+export const ownerValue = (fence: bigint | string | number, owner: string) => `${fence} ${owner}`;
 
 /** One waiting entry as the scripts take it. */
 export interface QueueEntry {
@@ -52,9 +52,14 @@ export class RedisCommands {
     }
   }
 
-  acquire(key: string, owner: string, ttlMs: number, staleAfterMs: number, mayQueue: boolean) {
-    const args = [owner, ttlMs, this.clientId, staleAfterMs, key, mayQueue ? '1' : '0'];
-    return this.run(acquireScript, mayQueue ? 'acquire' : 'try to acquire', key, args);
+  /** The acquire script without queueing (see AcquireReply). */
+  tryAcquire(key: string, owner: string, ttlMs: number): Promise<AcquireReply> {
+    return this.run(acquireScript, 'try to acquire', key, [owner, ttlMs]);
+  }
+
+  /** The acquire script for an entry that may queue, its answer handed to `answered`. */
+  acquire(key: string, owner: string, ttlMs: number, staleAfterMs: number, answered: Answered<AcquireReply>): void {
+    this.connections.runCallTo(acquireScript.call(this.keysOf(key).all, [owner, ttlMs, `${staleAfterMs} ${this.clientId}`]), 'acquire', key, answered);
   }
 
   /**
@@ -88,18 +93,18 @@ export class RedisCommands {
    * changes nothing for the caller.
    */
   release(key: string, value: string): Promise<void> {
-    return this.run(releaseScript, 'release', key, [value, key]) as Promise<unknown> as Promise<void>;
+    return this.run(releaseScript, 'release', key, [value]) as Promise<unknown> as Promise<void>;
   }
 
   /** Leaves the queue (handing on a grant that raced); `quiet` after a failure, when the server may well be down. */
   cancel(key: string, owner: string, quiet = false): Promise<unknown> {
-    return this.run(cancelScript, 'leave the queue of', key, [owner, key]).catch((error) => {
+    return this.run(cancelScript, 'leave the queue of', key, [owner]).catch((error) => {
       if (!quiet) logger.warn(`Leaving the queue of "${key}" failed; the entry goes stale on its own: ${error.message}`);
     });
   }
 
   check(key: string, staleAfterMs: number, entries: Iterable<QueueEntry>) {
-    const args: (string | number)[] = [this.clientId, staleAfterMs, key];
+    const args: (string | number)[] = [this.clientId, staleAfterMs];
     for (const entry of entries) args.push(entry.owner, entry.ttlMs);
     return this.run(checkScript, 'check the queue of', key, args);
   }

@@ -1,14 +1,15 @@
 import { Logger } from '@nestjs/common';
 import { LockBackendError, LockServerUnreachableError } from '../../errors';
 import type { BackendSettings } from '../backend-definition';
-import { CommandTimeouts, type TimedCommand } from './command-timeouts';
+import { CommandTimeouts } from './command-timeouts';
+import { encodedCommandClass, type EncodedCommandClass, type OwnCommand, type OwnCommandClass, type OwnCommandOptions } from './encoded-command';
 import { guardedConnector } from './guarded-connector';
 import { loadPeer } from '../load-peer';
 import { ReadyWaits } from '../ready-waits';
 import { explainTlsError, moreTellingTlsError } from '../tls-errors';
 import { redisAddress } from './redis-address';
 import type { RedisBackendOptions, RedisClientLike } from './redis-options';
-import { isNoScript, type RedisScript } from './redis-script';
+import { isNoScript, type RedisScript, type ScriptCall } from './redis-script';
 
 /** What the backend needs of a connection; ioredis' Redis and Cluster both have it. */
 export interface RedisConnection extends RedisClientLike {
@@ -22,13 +23,29 @@ export interface RedisConnection extends RedisClientLike {
   sendCommand(command: unknown): unknown;
 }
 
-/** An ioredis Command, as our own connection sends them (see RedisConnections.runScript). */
-interface OwnCommand extends TimedCommand {
-  readonly promise: Promise<unknown>;
-}
-type OwnCommandClass = new (name: string, args: (string | number)[], options: { replyEncoding: 'utf8'; keyPrefix?: string }) => OwnCommand;
-
 const logger = new Logger('DistributedLock');
+
+/**
+ * Told a command's answer: its error (worded as RedisConnections.failure words it), or its reply;
+ * `tag` is what the caller gave with the command (Redlock: the master's index).
+ */
+export type Answered<Reply> = (error: Error | undefined, reply: Reply | undefined, tag: number) => void;
+
+const ignore = (): void => undefined;
+
+/**
+ * Calls `answered` from inside ioredis' reply handling: a throw there would leave ioredis'
+ * parser mid-reply, so it is rethrown on its own tick instead, as an unhandled error.
+ */
+function tell<Reply>(answered: Answered<Reply>, tag: number, error: Error | undefined, reply?: Reply): void {
+  try {
+    answered(error, reply, tag);
+  } catch (thrown) {
+    process.nextTick(() => {
+      throw thrown;
+    });
+  }
+}
 
 /**
  * ioredis' states of a connection that cannot carry a command now ('wait', a lazy client not
@@ -70,8 +87,16 @@ export class RedisConnections {
   closed = false;
   /** Callers waiting for the grant channel's subscription. */
   private readonly subscribedWaits: ReadyWaits<void>;
-  /** Our own client's commands: ioredis' Command class, their options, and their bound. */
-  private readonly ownCommands?: { readonly Command: OwnCommandClass; readonly options: { replyEncoding: 'utf8'; keyPrefix?: string }; readonly timeouts: CommandTimeouts };
+  /**
+   * Our own client's commands: ioredis' Command class, the one that writes our encoding (none
+   * with a keyPrefix, which ioredis applies as it encodes), their options, and their bound.
+   */
+  private readonly ownCommands?: {
+    readonly Command: OwnCommandClass;
+    readonly Encoded?: EncodedCommandClass;
+    readonly options: OwnCommandOptions;
+    readonly timeouts: CommandTimeouts;
+  };
   private readonly startupWarning: NodeJS.Timeout;
 
   constructor(
@@ -92,9 +117,11 @@ export class RedisConnections {
     } else {
       const { Redis, Command } = loadPeer<typeof import('ioredis')>('ioredis', 'redis');
       const userOptions = options.options as import('ioredis').RedisOptions | undefined;
+      const keyPrefix = userOptions?.keyPrefix as string | undefined;
       this.ownCommands = {
         Command: Command as unknown as OwnCommandClass,
-        options: { replyEncoding: 'utf8', keyPrefix: userOptions?.keyPrefix },
+        Encoded: keyPrefix ? undefined : encodedCommandClass(Command as unknown as OwnCommandClass),
+        options: { replyEncoding: 'utf8', keyPrefix },
         timeouts: new CommandTimeouts(settings.serverTimeoutMs),
       };
       // Not with Sentinel, whose connector ioredis picks itself (a Connector option would replace it).
@@ -145,32 +172,107 @@ export class RedisConnections {
 
   /**
    * `script` on the command connection, as send() bounds and reports it. On our own connection
-   * its commands go out as ioredis Commands of ours: bounded by CommandTimeouts (no Node timer
-   * per command), and with NOSCRIPT handled in the same reply handler (no promise layer of its own).
+   * its commands go out as ioredis Commands of ours, encoded by us: bounded by CommandTimeouts
+   * (no Node timer per command), and with NOSCRIPT handled in the same reply handler (no promise
+   * layer of its own).
    */
   runScript<Reply>(script: RedisScript<Reply>, keys: readonly string[], args: readonly (string | number)[], verb: string, key?: string): Promise<Reply> {
-    if (!this.ownCommands) return this.send(script.run(this.client, keys, args), verb, key);
-    return script.run(this.client, keys, args, (name, commandArgs, onNoScript) => this.sendOwn(name, commandArgs, verb, key, onNoScript));
+    return this.runCall(script.call(keys, args), verb, key);
+  }
+
+  /** As runScript, for a call made once for several connections (see ScriptCall). */
+  runCall<Reply>(call: ScriptCall<Reply>, verb: string, key?: string): Promise<Reply> {
+    if (!this.ownCommands) return this.send(call.script.run(this.client, call.keys, call.args), verb, key);
+    const operation = key === undefined ? verb : `${verb} "${key}"`;
+    return call.script.runWith(this.client, call, (sent, whole, fallBack, onSuccess) => this.sendOwn(sent, whole, fallBack, operation, onSuccess)) as Promise<Reply>;
+  }
+
+  /**
+   * As runCall, with the answer handed to `answered` instead of a promise: a round to every
+   * Redlock master then makes no promise layer per master.
+   */
+  runCallTo<Reply>(call: ScriptCall<Reply>, verb: string, key: string, answered: Answered<Reply>, tag = 0): void {
+    if (!this.ownCommands) {
+      this.send(call.script.run(this.client, call.keys, call.args), verb, key).then(
+        (reply) => answered(undefined, reply, tag),
+        (error: Error) => answered(error, undefined, tag),
+      );
+      return;
+    }
+    const operation = `${verb} "${key}"`;
+    call.script.runWith(this.client, call, (sent, whole, fallBack, onSuccess) => void this.sendOwn(sent, whole, fallBack, operation, onSuccess, answered as Answered<unknown>, tag));
   }
 
   /** PING on the command connection, bounded like every command. */
   ping(): Promise<unknown> {
-    return this.ownCommands ? this.sendOwn('ping', [], 'answer a PING') : this.send(this.client.ping(), 'answer a PING');
+    if (!this.ownCommands) return this.send(this.client.ping(), 'answer a PING');
+    const { Command, options, timeouts } = this.ownCommands;
+    const command = new Command('ping', [], options);
+    return this.sendCommand(command, 'answer a PING', timeouts);
   }
 
-  /** One command of ours: tracked as send() tracks, failing as send() fails; `onNoScript` retries a NOSCRIPT. */
-  private sendOwn<T>(name: string, args: (string | number)[], verb: string, key?: string, onNoScript?: () => Promise<T>): Promise<T> {
-    const { Command, options, timeouts } = this.ownCommands!;
+  /**
+   * One script call of ours, as `EVAL` (`whole`) or `EVALSHA`: tracked as send() tracks, failing
+   * as send() fails, and returning the command's own promise (see answeredBy). `fallBack`: a
+   * NOSCRIPT is answered by the whole script; `onSuccess` is told first; `answered`, when given,
+   * gets the answer instead of the promise's callers.
+   */
+  private sendOwn(call: ScriptCall<unknown>, whole: boolean, fallBack: boolean, operation: string, onSuccess?: () => void, answered?: Answered<unknown>, tag = 0): Promise<unknown> {
+    const { Command, Encoded, options, timeouts } = this.ownCommands!;
+    const name = whole ? 'eval' : 'evalsha';
+    const command = Encoded ? new Encoded(name, call.words(whole), options, call.encoded(whole)) : new Command(name, call.words(whole), options);
+    return this.sendCommand(command, operation, timeouts, fallBack ? call : undefined, onSuccess, answered, tag);
+  }
+
+  /** `command` on our connection, answered as answeredBy says; `fallBack`: the call to send whole on a NOSCRIPT. */
+  private sendCommand(command: OwnCommand, operation: string, timeouts: CommandTimeouts, fallBack?: ScriptCall<unknown>, onSuccess?: () => void, answered?: Answered<unknown>, tag = 0): Promise<unknown> {
     const sentAt = performance.now();
     if (this.pending++ === 0) this.silentSince = sentAt;
-    const command = new Command(name, args, options);
+    // Before sending: ioredis may fail a command inside sendCommand (a closed connection).
+    this.answeredBy(command, operation, sentAt, fallBack, onSuccess, answered, tag);
     this.client.sendCommand(command);
     timeouts.track(command, sentAt);
-    return command.promise.then(this.onAnswer as (value: unknown) => T, (error: unknown) => {
+    return command.promise;
+  }
+
+  /**
+   * Counts the command's first answer for unreachable() and words its failure as failure()
+   * does, in the command's own resolve and reject (public members of ioredis' Command, which
+   * ioredis calls by name): no promise layer of ours between the reply and whoever waits. A
+   * NOSCRIPT to an EVALSHA of `fallBack` is answered by that call sent whole. Anything after the first answer
+   * (CommandTimeouts failing a command ioredis already failed, a reply after the timeout)
+   * changes nothing. With `answered`, the answer goes there; the command's promise still
+   * settles, for ioredis' tracing, and a failure on it is not left unhandled.
+   */
+  private answeredBy(command: OwnCommand, operation: string, sentAt: number, fallBack?: ScriptCall<unknown>, onSuccess?: () => void, answered?: Answered<unknown>, tag = 0): void {
+    const { resolve, reject } = command;
+    let done = false;
+    command.resolve = (value: unknown) => {
+      if (done) return;
+      done = true;
+      this.onAnswer();
+      onSuccess?.();
+      if (!answered) return resolve(value);
+      const reply = command.transformReply(value);
+      resolve(reply);
+      tell(answered, tag, undefined, reply);
+    };
+    command.reject = (error: Error) => {
+      if (done) return;
+      done = true;
       this.pending--;
-      if (onNoScript && isNoScript(error)) return onNoScript();
-      throw this.failure(key === undefined ? verb : `${verb} "${key}"`, error, sentAt);
-    });
+      if (answered) command.promise.catch(ignore);
+      if (fallBack && isNoScript(error)) {
+        // The whole script answers in this command's place: through `answered`, or this promise.
+        const retried = this.sendOwn(fallBack, true, false, operation, undefined, answered, tag);
+        if (answered) reject(error);
+        else retried.then(resolve, reject);
+        return;
+      }
+      const failure = this.failure(operation, error, sentAt);
+      reject(failure);
+      if (answered) tell(answered, tag, failure);
+    };
   }
 
   /**
@@ -196,7 +298,8 @@ export class RedisConnections {
         (value) => {
           if (settled) return; // counted as failed at the timeout
           clearTimeout(timer);
-          resolve(this.onAnswer(value) as T);
+          this.onAnswer();
+          resolve(value);
         },
         (error) => {
           if (settled) return;
@@ -267,13 +370,12 @@ export class RedisConnections {
   /** What a caller still waiting for the subscription gets at close. */
   private readonly closedError = (operation: string): Error => new LockBackendError('redis', operation, new Error('the backend was closed'), this.address);
 
-  /** Shared by every command, so tracking makes no closure per command. */
-  private readonly onAnswer = (value: unknown): unknown => {
+  /** A command was answered: the server is there. */
+  private onAnswer(): void {
     this.pending--;
     this.silentSince = performance.now();
     this.stalled = undefined;
-    return value;
-  };
+  }
 
   /** Keeps a connection's errors for unreachable(), a TLS failure in words that name the option to change. */
   private watchErrors(connection: RedisConnection): void {

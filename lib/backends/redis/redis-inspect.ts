@@ -27,12 +27,12 @@ return {redis.call('get', KEYS[1]) or '', redis.call('pttl', KEYS[1]), waiting}
 `,
 );
 
-/** KEYS: the five. ARGV: rawKey. Hands the lock to the next live waiter, whoever holds it. Reply: 1 removed a holder, 0 free. */
+/** KEYS: the five. Hands the lock to the next live waiter, whoever holds it. Reply: 1 removed a holder, 0 free. */
 const forceReleaseScript = new RedisScript<0 | 1>(
   'force-release',
   `if redis.call('exists', KEYS[1]) == 0 then return 0 end
 ${COMMON}
-hand_off(ARGV[1])
+hand_off()
 return 1
 `,
 );
@@ -53,5 +53,5 @@ export async function inspectRedisLock(connections: RedisConnections, key: strin
 
 /** The release script without its owner check: the next live waiter is granted, by a message, as at any release. */
 export async function forceReleaseRedisLock(connections: RedisConnections, key: string): Promise<boolean> {
-  return (await connections.runScript(forceReleaseScript, lockKeys(key).all, [key], 'force the release of', key)) === 1;
+  return (await connections.runScript(forceReleaseScript, lockKeys(key).all, [], 'force the release of', key)) === 1;
 }

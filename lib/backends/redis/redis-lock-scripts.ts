@@ -40,6 +40,13 @@ end
 const HANDING = `
 local CHANNEL_PREFIX = '${GRANT_CHANNEL_PREFIX}'
 
+-- The lock name, as the grant message gives it: the hash tag of the keys (see redis-keys.ts),
+-- percent-decoded. Read from the keys, so that no call pays an argument for what only a hand-off needs.
+local function raw_key()
+  local tag = string.match(KEYS[1], '{([^{}]*)}:owner$')
+  return (string.gsub(tag, '%%(%x%x)', function(hex) return string.char(tonumber(hex, 16)) end))
+end
+
 -- A waiter's entry in the waiters hash: '<ttlMs> <clientId> <fence>'.
 local function parse_entry(entry)
   return string.match(entry, '^(%d+) (%S+) (%d+)$')
@@ -70,7 +77,7 @@ end
 -- from it, never from when the message is read); frees the key only when no live waiter is left. Entries of waiters
 -- that gave up (no longer in the waiters hash) and of dead processes (alive deadline passed)
 -- are skipped, never waited for.
-local function hand_off(raw_key)
+local function hand_off()
   local now
   while true do
     local owner = redis.call('lpop', KEYS[3])
@@ -86,7 +93,7 @@ local function hand_off(raw_key)
       local alive_until = tonumber(redis.call('hget', KEYS[5], client))
       if alive_until and alive_until >= now then
         own(owner, ttl, fence)
-        redis.call('publish', CHANNEL_PREFIX .. client, cjson.encode({fence, raw_key, owner, string.format('%d', now)}))
+        redis.call('publish', CHANNEL_PREFIX .. client, cjson.encode({fence, raw_key(), owner, string.format('%d', now)}))
         return
       end
     end
@@ -95,19 +102,19 @@ end
 
 -- A holder whose lease ran out leaves the key to the queue, not to whoever asks next.
 -- Returns whether the key is (still) free.
-local function hand_off_if_expired(raw_key)
+local function hand_off_if_expired()
   if redis.call('exists', KEYS[1]) == 1 then return false end
   if redis.call('llen', KEYS[3]) == 0 then return true end
-  hand_off(raw_key)
+  hand_off()
   return redis.call('exists', KEYS[1]) == 0
 end
 
 -- The caller's SET took a key whose holder's lease ran out while others queue: they come first.
 -- Returns whether the caller holds it (no live waiter was left to hand it to). What
 -- hand_off_if_expired would ask first is known here: the key was just deleted, the queue is not empty.
-local function take_after_expiry(owner, ttl, fence, raw_key)
+local function take_after_expiry(owner, ttl, fence)
   redis.call('del', KEYS[1])
-  hand_off(raw_key)
+  hand_off()
   if redis.call('exists', KEYS[1]) == 1 then return false end
   own(owner, ttl, fence)
   return true
@@ -123,35 +130,42 @@ export const COMMON = QUEUING + HANDING;
 /** The acquire script's reply for an entry that queued: see acquireScript. */
 export type QueuedReply = [0, number, string, number];
 
+/** The acquire script's reply: the fence when granted, else why not (see acquireScript). */
+export type AcquireReply = number | [0, number] | QueuedReply;
+
 /**
- * ARGV: owner, ttlMs, clientId, staleAfterMs, rawKey, mayQueue ('1' | '0').
- * Reply: {1, fence} granted; {0, ownerPttlMs} held by another; when queued
- * {0, ownerPttlMs, fence, serverMs}: the fence the entry will hold the lock with, and the
- * server's time (ms), which bounds how far the server's clock is ahead of ours.
+ * ARGV: owner, ttlMs, and, when the caller may queue, '<staleAfterMs> <clientId>'.
+ * Reply: the fence (an integer) when granted; {0, ownerPttlMs} when held by another and the
+ * caller may not queue; when queued {0, ownerPttlMs, fence, serverMs}: the fence the entry will
+ * hold the lock with, and the server's time (ms), which bounds how far the server's clock is
+ * ahead of ours. The common case costs the fewest words each way: Redis spends about as much on
+ * each argument and on a table reply as on a command.
  */
-export const acquireScript = new RedisScript<[1, string] | [0, number] | QueuedReply>(
+export const acquireScript = new RedisScript<AcquireReply>(
   'acquire',
   `-- The fence first: the lock's if the key is free, this caller's place in the queue otherwise.
-local fence = string.format('%d', redis.call('incr', KEYS[2]))
-local taken = redis.call('set', KEYS[1], fence .. ' ' .. ARGV[1], 'nx', 'px', ARGV[2])
+local fence = redis.call('incr', KEYS[2])
+local fence_text = string.format('%d', fence)
+local taken = redis.call('set', KEYS[1], fence_text .. ' ' .. ARGV[1], 'nx', 'px', ARGV[2])
 -- The common case, before any function is made: a free key, nobody queued.
-if taken and redis.call('llen', KEYS[3]) == 0 then return {1, fence} end
+if taken and redis.call('llen', KEYS[3]) == 0 then return fence end
 if taken then
   do
 ${COMMON}
-    if take_after_expiry(ARGV[1], ARGV[2], fence, ARGV[5]) then return {1, fence} end
+    if take_after_expiry(ARGV[1], ARGV[2], fence_text) then return fence end
   end
 end
-if ARGV[6] ~= '1' then return {0, redis.call('pttl', KEYS[1])} end
+if not ARGV[3] then return {0, redis.call('pttl', KEYS[1])} end
 ${QUEUING}
+local stale_after, client = string.match(ARGV[3], '^(%d+) (%S+)$')
 local now = now_ms()
-enqueue(ARGV[1], ARGV[2], ARGV[3], fence)
-mark_alive(ARGV[3], tonumber(ARGV[4]), now)
-return {0, redis.call('pttl', KEYS[1]), fence, now}
+enqueue(ARGV[1], ARGV[2], client, fence_text)
+mark_alive(client, tonumber(stale_after), now)
+return {0, redis.call('pttl', KEYS[1]), fence_text, now}
 `,
 );
 
-/** ARGV: '<fence> <owner>', rawKey. Reply: 1 released (and handed on), 0 not ours. */
+/** ARGV: '<fence> <owner>'. Reply: 1 released (and handed on), 0 not ours. */
 export const releaseScript = new RedisScript<0 | 1>(
   'release',
   `if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -161,7 +175,7 @@ if redis.call('llen', KEYS[3]) == 0 then
   return 1
 end
 ${COMMON}
-hand_off(ARGV[2])
+hand_off()
 return 1
 `,
 );
@@ -197,7 +211,7 @@ return renewed
 
 /**
  * A waiter gave up: leave the queue, and if a grant raced with the decision, hand it on at once.
- * ARGV: owner, rawKey. Reply: 1 when it had been granted (and is now handed on).
+ * ARGV: owner. Reply: 1 when it had been granted (and is now handed on).
  */
 export const cancelScript = new RedisScript<0 | 1>(
   'cancel',
@@ -207,7 +221,7 @@ local value = redis.call('get', KEYS[1])
 if value then
   local _, owner = split(value)
   if owner == ARGV[1] then
-    hand_off(ARGV[2])
+    hand_off()
     return 1
   end
 end
@@ -219,7 +233,7 @@ return 0
  * The safety net, run now and then per waiting key per process (never per handoff): keeps this
  * process's waiters alive, hands an expired lease to the queue, finds grants whose message was
  * lost, and puts back waiters whose entries vanished (a server restart without persistence).
- * ARGV: clientId, staleAfterMs, rawKey, then owner, ttlMs pairs in local FIFO order.
+ * ARGV: clientId, staleAfterMs, then owner, ttlMs pairs in local FIFO order.
  * Reply: {ownerPttlMs, {owner, fence, ...} of the local waiters that own the lock,
  * {owner, ...} of the local waiters put back in the queue (with new fences), serverMs}.
  */
@@ -228,12 +242,12 @@ export const checkScript = new RedisScript<[number, string[], string[], number]>
   `${COMMON}
 local now = now_ms()
 mark_alive(ARGV[1], tonumber(ARGV[2]), now)
-hand_off_if_expired(ARGV[3])
+hand_off_if_expired()
 local holder, holder_fence
 local value = redis.call('get', KEYS[1])
 if value then holder_fence, holder = split(value) end
 local granted, requeued = {}, {}
-for i = 4, #ARGV, 2 do
+for i = 3, #ARGV, 2 do
   local owner, ttl = ARGV[i], ARGV[i + 1]
   if owner == holder then
     granted[#granted + 1] = owner

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { RedisClientLike } from './redis-options';
+import { bulk, commandHeader, encodedKeys, bulks } from './resp-encoding';
 
 /** What RedisScript reads of an ioredis client: its state and current socket (a Cluster has no `stream`). */
 interface ClientState {
@@ -7,20 +8,31 @@ interface ClientState {
   readonly stream?: object;
 }
 
-/** Sends one EVAL or EVALSHA; `onNoScript` (with an EVALSHA) answers for a NOSCRIPT reply. */
-export type SendCommand = (name: 'eval' | 'evalsha', args: (string | number)[], onNoScript?: () => Promise<unknown>) => Promise<unknown>;
-
 /** The server no longer has the script (a SCRIPT FLUSH, a restart). */
 export function isNoScript(error: unknown): boolean {
   return String((error as Error)?.message).startsWith('NOSCRIPT');
 }
 
-/** A client's own eval and evalsha methods, with the NOSCRIPT fallback. */
-function sendWith(client: RedisClientLike): SendCommand {
-  return (name, args, onNoScript) => {
-    const sent = client[name](...args);
-    return onNoScript ? sent.catch((error: unknown) => (isNoScript(error) ? onNoScript() : Promise.reject(error))) : sent;
+/**
+ * Sends one call as `EVAL` (`whole`) or `EVALSHA`, and returns what its caller waits on (a
+ * promise, or nothing when the answer goes to a callback). `fallBack`: an EVALSHA whose NOSCRIPT
+ * reply is answered by the whole script; `onSuccess` is told of a success before whoever waits.
+ */
+export type SendCall<Sent> = (call: ScriptCall<unknown>, whole: boolean, fallBack: boolean, onSuccess?: () => void) => Sent;
+
+/** A user's client: its own eval and evalsha, with the NOSCRIPT fallback. */
+function sendWith(client: RedisClientLike): SendCall<Promise<unknown>> {
+  const send: SendCall<Promise<unknown>> = (call, whole, fallBack, onSuccess) => {
+    let sent: Promise<unknown> = client[whole ? 'eval' : 'evalsha'](...call.words(whole));
+    if (onSuccess) {
+      sent = sent.then((reply) => {
+        onSuccess();
+        return reply;
+      });
+    }
+    return fallBack ? sent.catch((error: unknown) => (isNoScript(error) ? send(call, true, false) : Promise.reject(error))) : sent;
   };
+  return send;
 }
 
 /** Per socket, the scripts the server behind it is known to have cached: a new socket may face a restarted server. */
@@ -38,38 +50,81 @@ const cachedOnSocket = new WeakMap<object, Set<string>>();
  * SCRIPT FLUSH. Nothing is added to the client, so a user's client stays untouched.
  */
 export class RedisScript<Reply> {
-  private readonly sha: string;
+  readonly sha: string;
+  /** `EVALSHA <sha>` and `EVAL <script>` in RESP, encoded once. */
+  readonly evalshaWords: string;
+  readonly evalWords: string;
 
   constructor(
     readonly name: string,
-    private readonly lua: string,
+    readonly lua: string,
   ) {
     this.sha = createHash('sha1').update(lua).digest('hex');
+    this.evalshaWords = bulk('evalsha') + bulk(this.sha);
+    this.evalWords = bulk('eval') + bulk(lua);
+  }
+
+  /** One call of the script, for one or several connections. */
+  call(keys: readonly string[], args: readonly (string | number)[]): ScriptCall<Reply> {
+    return new ScriptCall(this, keys, args);
+  }
+
+  /** Runs the script on a user's `client`, with the client's own eval and evalsha. */
+  run(client: RedisClientLike, keys: readonly string[], args: readonly (string | number)[]): Promise<Reply> {
+    return this.runWith(client, this.call(keys, args), sendWith(client)) as Promise<Reply>;
   }
 
   /**
-   * Runs the script on `client`'s connection, each command sent by `send` (the client's own
-   * method by default; RedisConnections sends its own). `onNoScript`, given with an EVALSHA, sends
-   * the whole script after a NOSCRIPT reply.
+   * Sends `call` on `client`'s connection with `send` (EVALSHA where the server is known to have
+   * the script, else EVAL), and returns what `send` returns.
    */
-  run(client: RedisClientLike, keys: readonly string[], args: readonly (string | number)[], send: SendCommand = sendWith(client)): Promise<Reply> {
+  runWith<Sent>(client: RedisClientLike, call: ScriptCall<Reply>, send: SendCall<Sent>): Sent {
     const { status, stream } = client as ClientState;
-    const whole = () => send('eval', [this.lua, keys.length, ...keys, ...args]) as Promise<Reply>;
     // Not ready: the command waits in the offline queue, for a server that may have restarted.
-    if (status !== 'ready') return whole();
+    if (status !== 'ready') return send(call, true, false);
     // A Cluster (no one socket), or a socket whose server is known to have the script.
-    if (stream === undefined || cachedOnSocket.get(stream)?.has(this.sha)) {
-      return send('evalsha', [this.sha, keys.length, ...keys, ...args], whole) as Promise<Reply>;
-    }
-    return whole().then((reply) => {
-      this.cachedOn(stream);
-      return reply;
-    });
+    if (stream === undefined || cachedOnSocket.get(stream)?.has(this.sha)) return send(call, false, true);
+    return send(call, true, false, () => this.cachedOn(stream));
   }
 
   private cachedOn(socket: object): void {
     let cached = cachedOnSocket.get(socket);
     if (!cached) cachedOnSocket.set(socket, (cached = new Set()));
     cached.add(this.sha);
+  }
+}
+
+/**
+ * A script with its keys and arguments. Its words (as ioredis takes them) and their RESP are made
+ * at most once, however many connections the call goes to: Redlock sends each call to every master.
+ */
+export class ScriptCall<Reply> {
+  private shaWords?: (string | number)[];
+  private wholeWords?: (string | number)[];
+  private shaEncoded?: string;
+  private wholeEncoded?: string;
+
+  constructor(
+    readonly script: RedisScript<Reply>,
+    readonly keys: readonly string[],
+    readonly args: readonly (string | number)[],
+  ) {}
+
+  /** `EVALSHA` (or, `whole`, `EVAL`) and the rest of the command's words. */
+  words(whole: boolean): (string | number)[] {
+    const { script, keys, args } = this;
+    if (whole) return (this.wholeWords ??= [script.lua, keys.length, ...keys, ...args]);
+    return (this.shaWords ??= [script.sha, keys.length, ...keys, ...args]);
+  }
+
+  /** The whole command in RESP. */
+  encoded(whole: boolean): string {
+    if (whole) return (this.wholeEncoded ??= this.encode(this.script.evalWords));
+    return (this.shaEncoded ??= this.encode(this.script.evalshaWords));
+  }
+
+  private encode(scriptWords: string): string {
+    const { keys, args } = this;
+    return commandHeader(3 + keys.length + args.length) + scriptWords + encodedKeys(keys) + bulks(args);
   }
 }

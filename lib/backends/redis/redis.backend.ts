@@ -9,7 +9,7 @@ import { RedisBatch } from './redis-batch';
 import { BatchLeases, isLate } from './redis-batch-leases';
 import { RedisConnections } from './redis-connection';
 import { parseGrantMessage } from './redis-grant-message';
-import { GRANT_CHANNEL_PREFIX, type QueuedReply } from './redis-lock-scripts';
+import { GRANT_CHANNEL_PREFIX, type AcquireReply, type QueuedReply } from './redis-lock-scripts';
 import { validateRedisOptions, type RedisBackendOptions } from './redis-options';
 import { ownerValue, RedisCommands } from './redis-commands';
 import { KeyWatches, type KeyWatch } from './redis-key-watches';
@@ -39,6 +39,8 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
   /** Names are percent-encoded into the hash tag (up to 3x); Redis takes far longer keys. */
   readonly maxKeyBytes = 1024;
   readonly address: string;
+  /** Every command is bounded by serverTimeoutMs (RedisConnections), the release script's too. */
+  readonly boundedRelease = true;
   /** 96 random bits, short: it names the grant channel and every entry of this process. */
   private readonly clientId = randomBytes(12).toString('base64url');
   private readonly channel = GRANT_CHANNEL_PREFIX + this.clientId;
@@ -110,16 +112,16 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
     const sentAt = performance.now();
     const ttl = Math.ceil(ttlMs);
     try {
-      const reply = await this.commands.acquire(key, owner, ttl, this.watches.staleAfter(key, ttl), false);
-      if (reply[0] !== 1) return null;
+      const reply = await this.commands.tryAcquire(key, owner, ttl);
+      if (typeof reply !== 'number') return null;
       // The reply came so late (a paused process) that the lease may be nearly over: ask first.
-      const requestedAt = isLate(sentAt, ttl) ? await this.confirmGrant(key, owner, reply[1], ttl) : sentAt;
+      const requestedAt = isLate(sentAt, ttl) ? await this.confirmGrant(key, owner, reply, ttl) : sentAt;
       if (requestedAt === undefined) return null;
       const batch = new RedisBatch(key, owner, owner);
       batch.lease = { from: requestedAt, ttlMs: ttl };
       this.entries.set(owner, batch);
       // Callers that queued meanwhile put their entry after this one: they wait for it.
-      this.queues.adopt(batch, BigInt(reply[1]));
+      this.queues.adopt(batch, BigInt(reply));
       batch.holder = owner;
       return this.grant(batch, { key, owner, ttlMs });
     } catch (error) {
@@ -168,7 +170,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
     batch.ttlMs = Math.ceil(batch.peek()!.request.ttlMs);
     batch.askedAt = performance.now();
     this.entries.set(batch.owner, batch);
-    this.sendAcquire(batch);
+    this.sendAcquire(batch, batch.askedAt);
   }
 
   /** BatchEntries: the cancel, sent after the acquire on the same connection, takes back what it took. */
@@ -222,28 +224,28 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
     return new RedisBatch(name, id, this.clientId + id);
   }
 
-  private sendAcquire(batch: RedisBatch): void {
-    const sentAt = performance.now();
-    this.commands.acquire(batch.name, batch.owner, batch.ttlMs, this.watches.staleAfter(batch.name, batch.ttlMs), true).then(
-      (reply) => this.onQueued(batch, reply, sentAt),
-      (error) => this.acquireFailed(batch, error),
-    );
+  private sendAcquire(batch: RedisBatch, sentAt = performance.now()): void {
+    this.commands.acquire(batch.name, batch.owner, batch.ttlMs, this.watches.staleAfter(batch.name, batch.ttlMs), (error, reply) => {
+      if (error) this.acquireFailed(batch, error);
+      else this.onQueued(batch, reply!, sentAt);
+    });
   }
 
   /** The acquire script's answer for the batch's entry: granted, or queued behind someone. */
-  private onQueued(batch: RedisBatch, reply: [1, string] | [0, number] | QueuedReply, sentAt: number): void {
+  private onQueued(batch: RedisBatch, reply: AcquireReply, sentAt: number): void {
     batch.answered = true;
+    const granted = typeof reply === 'number';
     // Else withdrawn (its cancel, sent after, hands a grant on), or granted by a message that came first.
     if (this.isWaiting(batch)) {
-      if (reply[0] === 1) {
-        this.grantFrom(batch, reply[1], sentAt);
+      if (granted) {
+        this.grantFrom(batch, reply, sentAt);
       } else {
         const [, ownerPttlMs, , serverMs] = reply as QueuedReply;
         this.watches.add(batch).clock.sample(serverMs, sentAt);
         this.watches.schedule(batch.name, ownerPttlMs);
       }
     }
-    this.queues.sent(batch, reply[0] !== 1);
+    this.queues.sent(batch, !granted);
   }
 
   /**
@@ -283,7 +285,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
   }
 
   /** The entry's grant, its lease counted from `requestedAt`; confirmed with the server first when that leaves too little. */
-  private grantFrom(batch: RedisBatch, fence: string, requestedAt: number): void {
+  private grantFrom(batch: RedisBatch, fence: string | number, requestedAt: number): void {
     if (batch.confirming) return;
     if (!isLate(requestedAt, batch.ttlMs)) return this.granted(batch, fence, requestedAt);
     batch.confirming = true;
@@ -306,7 +308,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
   }
 
   /** The entry holds the lock: its first caller gets it (LocalQueues.holds, then grant). */
-  private granted(batch: RedisBatch, fence: string, requestedAt: number): void {
+  private granted(batch: RedisBatch, fence: string | number, requestedAt: number): void {
     this.watches.remove(batch.name, batch.owner);
     batch.lease = { from: requestedAt, ttlMs: batch.ttlMs };
     this.queues.holds(batch, BigInt(fence));
@@ -316,7 +318,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
    * An owner-checked renewal of a grant that came late: resolves with when it was sent (the
    * lease counts from then), or undefined when the lease is no longer ours.
    */
-  private async confirmGrant(key: string, owner: string, fence: string, ttlMs: number): Promise<number | undefined> {
+  private async confirmGrant(key: string, owner: string, fence: string | number, ttlMs: number): Promise<number | undefined> {
     const sentAt = performance.now();
     const renewed = await this.commands.renew(key, ownerValue(fence, owner), ttlMs, 'confirm a late grant of');
     return renewed === 1 ? sentAt : undefined;
