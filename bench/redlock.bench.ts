@@ -168,11 +168,10 @@ function scriptsAlone(clients: Redis[]): LockRunner {
   return async (name, section) => {
     const entry = `floor-${(++seq).toString(36)}`;
     const keys = redlockKeys(name);
-    const grants = await firstMajority(clients, (client) => acquireScript.run(client, keys, [entry, LEASE_MS, '', WAIT_MS, 0, '0']), majority);
-    if (grants.some((grant) => grant[0] !== 1)) throw new Error(`the scripts-alone floor found "${name}" held`);
-    const token = Math.max(...grants.map((grant) => grant[1]));
+    const grants = await firstMajority(clients, (client) => acquireScript.run(client, keys, [entry, LEASE_MS]), majority);
+    if (grants.some((grant) => typeof grant !== 'number')) throw new Error(`the scripts-alone floor found "${name}" held`);
     await section();
-    await firstMajority(clients, (client) => releaseScript.run(client, keys, [entry, String(token), '']), majority);
+    await firstMajority(clients, (client) => releaseScript.run(client, keys, [entry]), majority);
   };
 }
 

@@ -1,12 +1,12 @@
 import type { LockServerUnreachableError } from '../../errors';
 import { deadlines, type Deadline } from '../../deadlines';
 import type { RedlockBatch } from './redlock-batch';
-import type { RedlockVotes, Won } from './redlock-votes';
+import type { RedlockVotes, Vote, Won } from './redlock-votes';
 
 /** What the backend does with the outcome of a batch's wait. */
 export interface AcquisitionReport {
-  won(vote: Won): void;
-  failed(error: LockServerUnreachableError): void;
+  won(batch: RedlockBatch, vote: Won): void;
+  failed(batch: RedlockBatch, error: LockServerUnreachableError): void;
 }
 
 export interface AcquisitionTiming {
@@ -51,7 +51,7 @@ export class RedlockAcquisition {
 
   start(): void {
     this.arrivedAt = Date.now();
-    void this.vote();
+    this.vote();
   }
 
   /** A master said the lock is free. */
@@ -71,7 +71,7 @@ export class RedlockAcquisition {
     deadlines.cancel(this.timer);
   }
 
-  private async vote(): Promise<void> {
+  private vote(): void {
     if (this.stopped) return;
     this.voting = true;
     this.wordDuringVote = false;
@@ -79,17 +79,22 @@ export class RedlockAcquisition {
     const startedAt = performance.now();
     const listed = this.votedBefore;
     this.votedBefore = true;
-    const vote = await this.votes.vote(name, id, ttlMs, this.waiterId, this.timing.staleAfterMs, this.arrivedAt, listed);
+    this.votes.voteTo(name, id, ttlMs, this.waiterId, this.timing.staleAfterMs, this.arrivedAt, listed, (vote) => this.counted(vote, startedAt));
+  }
+
+  /** The outcome of a vote that began at `startedAt`. */
+  private counted(vote: Vote, startedAt: number): void {
+    const { name, id } = this.batch;
     this.voting = false;
     if (vote.won) {
       if (this.stopped) return this.votes.giveBack(name, id, this.waiterId);
-      return this.report.won(vote);
+      return this.report.won(this.batch, vote);
     }
     if (this.stopped) return;
     if (vote.unreachable) {
       // From this vote's start: waiting for the masters to connect counts too.
       this.unreachableSince ??= startedAt;
-      if (performance.now() - this.unreachableSince >= this.timing.serverTimeoutMs) return this.report.failed(vote.unreachable);
+      if (performance.now() - this.unreachableSince >= this.timing.serverTimeoutMs) return this.report.failed(this.batch, vote.unreachable);
       return this.retryIn(UNREACHABLE_RETRY_MS);
     }
     this.unreachableSince = undefined;

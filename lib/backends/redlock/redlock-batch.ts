@@ -1,5 +1,6 @@
 import { Batch, type QueuedCaller } from '../local-queue/batch';
 import type { RedlockAcquisition } from './redlock-acquisition';
+import type { Won } from './redlock-votes';
 
 /**
  * A batch of this process's callers (see Batch) behind one Redlock entry: its id is the value
@@ -12,6 +13,8 @@ export class RedlockBatch extends Batch {
   /** performance.now() when the request that set or last extended the entry was sent. */
   leaseFrom = 0;
   acquisition?: RedlockAcquisition;
+  /** The vote that won the entry: its release raises the masters that were not seen in step. */
+  won?: Won;
   /** The entry no longer holds a majority: it serves nobody any more. */
   lost = false;
 

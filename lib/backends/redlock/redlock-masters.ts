@@ -61,12 +61,7 @@ export class RedlockMasters {
     return this.connections.length;
   }
 
-  /**
-   * Sends `script` for `key` to every master (or those `only` selects) at once, and resolves
-   * with their answers by index once all answered, once `decided` says the rest cannot change
-   * the outcome, or after `timeoutMs` (default: the per-master request timeout), whichever is
-   * first. Never rejects.
-   */
+  /** As roundTo, resolving with the answers. */
   round<T>(
     script: RedisScript<T>,
     key: string,
@@ -76,33 +71,51 @@ export class RedlockMasters {
     only?: readonly boolean[],
     timeoutMs = this.requestTimeoutMs,
   ): Promise<Answer<T>[]> {
-    const keys = this.keysOf(key);
+    return new Promise((resolve) => this.roundTo(script, key, args, verb, resolve, decided, only, timeoutMs));
+  }
+
+  /**
+   * Sends `script` for `key` to every master (or those `only` selects) at once, and hands their
+   * answers by index to `done` once all answered, once `decided` says the rest cannot change the
+   * outcome, or after `timeoutMs` (default: the per-master request timeout), whichever is first.
+   * Answers that come after that are still written into the array (a won vote looks at them when
+   * it releases: did every master keep in step?). A callback, not a promise: a lock cycle's
+   * rounds are on its path, and each promise layer costs it.
+   */
+  roundTo<T>(
+    script: RedisScript<T>,
+    key: string,
+    args: readonly (string | number)[],
+    verb: string,
+    done: (answers: Answer<T>[]) => void,
+    decided?: (answers: readonly Answer<T>[]) => boolean,
+    only?: readonly boolean[],
+    timeoutMs = this.requestTimeoutMs,
+  ): void {
+    // Its words and their encoding are made once, for every master.
+    const call = script.call(this.keysOf(key), args);
     const answers: Answer<T>[] = new Array(this.connections.length).fill(undefined);
-    return new Promise((resolve) => {
-      let pending = 0;
-      let done = false;
-      const finish = () => {
-        if (done) return;
-        done = true;
-        deadlines.cancel(timer);
-        resolve(answers);
-      };
-      const settle = (index: number, answer: Answer<T>) => {
-        if (done) return;
-        answers[index] = answer;
-        if (--pending === 0 || decided?.(answers)) finish();
-      };
-      const timer = deadlines.add(performance.now() + timeoutMs, finish);
-      this.connections.forEach((connections, index) => {
-        if (only && !only[index]) return;
-        pending++;
-        connections.runScript(script, keys, args, verb, key).then(
-          (value) => settle(index, { ok: true, value }),
-          (error: Error) => settle(index, { ok: false, error }),
-        );
-      });
-      if (pending === 0) finish();
-    });
+    let pending = 0;
+    let finished = false;
+    const finish = () => {
+      if (finished) return;
+      finished = true;
+      deadlines.cancel(timer);
+      done(answers);
+    };
+    // Every command is bounded by serverTimeoutMs already (RedisConnections): a round as long needs no deadline of its own.
+    const timer = timeoutMs < this.serverTimeoutMs ? deadlines.add(performance.now() + timeoutMs, finish) : undefined;
+    const settle = (error: Error | undefined, value: T | undefined, index: number) => {
+      answers[index] = error ? { ok: false, error } : { ok: true, value: value as T };
+      if (!finished && (--pending === 0 || decided?.(answers))) finish();
+    };
+    const { connections } = this;
+    for (let index = 0; index < connections.length; index++) {
+      if (only && !only[index]) continue;
+      pending++;
+      connections[index].runCallTo(call, verb, key, settle, index);
+    }
+    if (pending === 0) finish();
   }
 
   /**

@@ -36,17 +36,22 @@ export const WAKE = `local function wake(skip)
   end
 end`;
 
+/** The acquire script's reply from one master: the fence when it granted, else {0, fence, pttl}. */
+export type MasterVote = number | [0, number, number];
+
 /**
- * ARGV: entry id, ttl ms, waiter id ('' = do not queue), stale-after ms, the waiter's arrival
- * (ms, the waiting process's clock: every master then orders its waiters alike, and one release
- * wakes the same process on all of them), '1' when the waiter may be listed here already (it
- * voted before: a first vote skips taking itself off the waiters).
- * Free (or already ours): take it, count the fence up, leave the waiters; reply {1, fence}.
+ * ARGV: entry id, ttl ms, and, for a waiter (none for a try-lock), '<listed> <waiter id>
+ * <stale-after ms> <arrival ms>': listed is 1 when the waiter may be listed here already (it
+ * voted before: a first vote skips taking itself off the waiters); the arrival is the waiting
+ * process's clock, so that every master orders its waiters alike, and one release wakes the
+ * same process on all of them.
+ * Free (or already ours): take it, count the fence up, leave the waiters; reply the fence.
  * Held: join the waiters (keeping the place already held) and reply {0, fence, pttl}, so the
  * waiter knows when a crashed holder's key runs out.
- * The common case (free, nobody waiting) comes first and costs two calls: SET NX, INCR.
+ * The common case (free, nobody waiting) comes first and costs two calls: SET NX, INCR. Its
+ * arguments and reply are few: Redis spends about as much on each word as on a call.
  */
-export const acquireScript = new RedisScript<[0 | 1, number, number?]>(
+export const acquireScript = new RedisScript<MasterVote>(
   'redlock-acquire',
   `local won = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if not won and redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -55,16 +60,21 @@ if not won and redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 if won then
   local fence = redis.call('INCR', KEYS[2])
-  if ARGV[6] == '1' and redis.call('HDEL', KEYS[4], ARGV[3]) == 1 then redis.call('ZREM', KEYS[3], ARGV[3]) end
-  return {1, fence}
+  -- 49: '1', a waiter that may be listed here.
+  if ARGV[3] and string.byte(ARGV[3], 1) == 49 then
+    local waiter = string.match(ARGV[3], '^1 (%S+)')
+    if redis.call('HDEL', KEYS[4], waiter) == 1 then redis.call('ZREM', KEYS[3], waiter) end
+  end
+  return fence
 end
 ${NOW}
-if ARGV[3] ~= '' then
-  local staleAfter = tonumber(ARGV[4])
-  redis.call('ZADD', KEYS[3], 'NX', ARGV[5], ARGV[3])
-  redis.call('HSET', KEYS[4], ARGV[3], now() + staleAfter)
-  redis.call('PEXPIRE', KEYS[3], staleAfter * 2)
-  redis.call('PEXPIRE', KEYS[4], staleAfter * 2)
+if ARGV[3] then
+  local waiter, stale_after, arrival = string.match(ARGV[3], '^%d (%S+) (%d+) (%d+)$')
+  stale_after = tonumber(stale_after)
+  redis.call('ZADD', KEYS[3], 'NX', arrival, waiter)
+  redis.call('HSET', KEYS[4], waiter, now() + stale_after)
+  redis.call('PEXPIRE', KEYS[3], stale_after * 2)
+  redis.call('PEXPIRE', KEYS[4], stale_after * 2)
 end
 return {0, tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('PTTL', KEYS[1])}`,
 );
@@ -89,20 +99,22 @@ return 1`,
 );
 
 /**
- * ARGV: entry id, token ('' for none), waiter id of the releaser ('' for none). Owner-checked:
- * deletes the lock only if the entry holds it, and then wakes the first waiter. The fence is
- * raised to the token either way (it only ever goes up), which keeps lagging masters in step.
+ * ARGV: entry id, then optionally the token to raise the fence to ('' for none), then optionally
+ * the waiter id of the releaser. Owner-checked: deletes the lock only if the entry holds it, and
+ * then wakes the first waiter. The fence is raised to the token either way (it only ever goes
+ * up), which brings a master that lagged in step; a release whose vote saw no master lag sends
+ * none.
  */
 export const releaseScript = new RedisScript<0 | 1>(
   'redlock-release',
-  `if ARGV[2] ~= '' and tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
+  `if ARGV[2] and ARGV[2] ~= '' and tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 -- Nobody waits (the common case): done before the functions below are made, which Lua does on every run.
 if redis.call('EXISTS', KEYS[3]) == 0 then return 1 end
 ${NOW}
 ${WAKE}
-wake(ARGV[3])
+wake(ARGV[3] or '')
 return 1`,
 );
 

@@ -1,7 +1,7 @@
 import { LockServerUnreachableError } from '../../errors';
 import type { Answer, RedlockMasters } from './redlock-masters';
 import { VoteSlots } from './vote-slots';
-import { acquireScript, leaveScript, raiseFenceScript, releaseScript, renewScript } from './redlock-scripts';
+import { acquireScript, leaveScript, raiseFenceScript, releaseScript, renewScript, type MasterVote } from './redlock-scripts';
 
 /** Votes out at once per backend (see VoteSlots): enough to keep a burst's masters busy. */
 const VOTES_IN_FLIGHT = 64;
@@ -11,6 +11,11 @@ export interface Won {
   readonly won: true;
   readonly token: bigint;
   readonly sentAt: number;
+  /**
+   * Every master's answer, including those that came after the vote was decided: at the
+   * release, a master that answered below the token has its fence raised (see fenceToRaise).
+   */
+  readonly answers: readonly Answer<MasterVote>[];
 }
 
 /** A lost vote, and what the waiter needs to know to try again. */
@@ -43,56 +48,67 @@ export class RedlockVotes {
     readonly driftMs: (ttlMs: number) => number,
   ) {}
 
-  /**
-   * One attempt of `entry` (unique per server-side holder) on every master. `waiter`: this
-   * process's waiter id, to join the waiters of masters that refuse ('' for a try-lock), in the
-   * order of `arrivedAt` (Date.now() of the entry's first vote). `listed`: the waiter voted
-   * before, so masters may list it among their waiters; a won vote then takes it off.
-   */
+  /** As voteTo, resolving with the vote. */
   vote(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number, arrivedAt = 0, listed = false): Promise<Vote> {
-    const slot = this.slots.take();
-    const voteIn = (giveBack: () => void) =>
-      this.voteNow(key, entry, ttlMs, waiter, staleAfterMs, arrivedAt, listed).then(
-        (vote) => {
-          giveBack();
-          return vote;
-        },
-        (error: unknown) => {
-          giveBack();
-          throw error;
-        },
-      );
-    // A free slot (the common case) votes at once, without a promise layer for the slot.
-    return typeof slot === 'function' ? voteIn(slot) : slot.then(voteIn);
+    return new Promise((resolve) => this.voteTo(key, entry, ttlMs, waiter, staleAfterMs, arrivedAt, listed, resolve));
   }
 
-  private async voteNow(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number, arrivedAt: number, listed: boolean): Promise<Vote> {
+  /**
+   * One attempt of `entry` (unique per server-side holder) on every master, its outcome handed
+   * to `done`. `waiter`: this process's waiter id, to join the waiters of masters that refuse
+   * ('' for a try-lock), in the order of `arrivedAt` (Date.now() of the entry's first vote).
+   * `listed`: the waiter voted before, so masters may list it among their waiters; a won vote
+   * then takes it off. A callback, not a promise, as RedlockMasters.roundTo.
+   */
+  voteTo(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number, arrivedAt: number, listed: boolean, done: (vote: Vote) => void): void {
+    const slot = this.slots.take();
+    const voteIn = (giveBack: () => void) => {
+      const counted = (vote: Vote) => {
+        giveBack();
+        done(vote);
+      };
+      const connecting = this.masters.ready();
+      // A first vote waits for a majority to connect: it must not spend its request timeout on that.
+      if (connecting) void connecting.then(() => this.voteNow(key, entry, ttlMs, waiter, staleAfterMs, arrivedAt, listed, counted));
+      else this.voteNow(key, entry, ttlMs, waiter, staleAfterMs, arrivedAt, listed, counted);
+    };
+    // A free slot (the common case) votes at once.
+    if (typeof slot === 'function') voteIn(slot);
+    else void slot.then(voteIn);
+  }
+
+  private voteNow(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number, arrivedAt: number, listed: boolean, done: (vote: Vote) => void): void {
     const { quorum, count } = this.masters;
-    const connecting = this.masters.ready();
-    if (connecting) await connecting;
     const sentAt = performance.now();
-    const answers = await this.masters.round(acquireScript, key, [entry, ttlMs, waiter, staleAfterMs, arrivedAt, listed ? '1' : '0'], waiter ? 'acquire' : 'try to acquire', (so) => {
-      const [granted, refused] = tally(so);
+    const args = waiter ? [entry, ttlMs, `${listed ? 1 : 0} ${waiter} ${Math.ceil(staleAfterMs)} ${arrivedAt}`] : [entry, ttlMs];
+    const decided = (so: readonly Answer<MasterVote>[]) => {
+      const [granted, refused] = tallyVotes(so);
       return granted >= quorum || refused > count - quorum;
-    });
-    const [granted, refused] = tally(answers);
-    if (granted >= quorum) {
-      const fenced = this.fence(key, entry, answers);
-      const token = typeof fenced === 'bigint' ? fenced : await fenced;
-      const elapsed = performance.now() - sentAt;
-      if (token !== undefined && ttlMs - elapsed - this.driftMs(ttlMs) > 0) {
+    };
+    this.masters.roundTo(acquireScript, key, args, waiter ? 'acquire' : 'try to acquire', (live) => {
+      // What decided the vote; `live` goes on collecting the masters that answer later.
+      const answers = live.slice();
+      const [granted, refused] = tallyVotes(answers);
+      const lost = () => {
+        // Refused everywhere: nothing of ours was set, the replies say so. Else take back what we got.
+        if (refused < count) this.giveBack(key, entry, waiter);
+        const unreachable =
+          granted + refused < count && refused <= count - quorum
+            ? new LockServerUnreachableError('redlock', `${waiter ? 'acquire' : 'try to acquire'} "${key}"`, this.masters.unanswered(answers), Math.round(performance.now() - sentAt), this.masters.firstError(answers))
+            : undefined;
+        done({ won: false, split: granted > 0, unreachable, freeInMs: freeIn(answers, quorum) });
+      };
+      if (granted < quorum) return lost();
+      const fenced = (token: bigint | undefined) => {
+        if (token === undefined || ttlMs - (performance.now() - sentAt) - this.driftMs(ttlMs) <= 0) return lost();
         // Masters that refused still list this process among their waiters: it waits no more.
-        if (waiter && refused > 0) this.leave(key, waiter, answers.map((answer) => answer?.ok === true && answer.value[0] === 0));
-        return { won: true, token, sentAt };
-      }
-    }
-    // Refused everywhere: nothing of ours was set, the replies say so. Else take back what we got.
-    if (refused < count) this.giveBack(key, entry, waiter);
-    const unreachable =
-      granted + refused < count && refused <= count - quorum
-        ? new LockServerUnreachableError('redlock', `${waiter ? 'acquire' : 'try to acquire'} "${key}"`, this.masters.unanswered(answers), Math.round(performance.now() - sentAt), this.masters.firstError(answers))
-        : undefined;
-    return { won: false, split: granted > 0, unreachable, freeInMs: freeIn(answers, quorum) };
+        if (waiter && refused > 0) this.leave(key, waiter, answers.map((answer) => answer?.ok === true && typeof answer.value !== 'number'));
+        done({ won: true, token, sentAt, answers: live });
+      };
+      const token = this.fence(key, entry, answers);
+      if (typeof token === 'bigint') fenced(token);
+      else void token.then(fenced);
+    }, decided);
   }
 
   /**
@@ -101,12 +117,12 @@ export class RedlockVotes {
    * (which shares a master with it) counts above it: granting masters below it are raised (while
    * they still hold our entry). Undefined when that majority could not be made.
    */
-  private fence(key: string, entry: string, answers: readonly Answer<[0 | 1, number, number?]>[]): bigint | Promise<bigint | undefined> {
+  private fence(key: string, entry: string, answers: readonly Answer<MasterVote>[]): bigint | Promise<bigint | undefined> {
     let token = 0;
-    for (const answer of answers) if (answer?.ok && answer.value[0] === 1) token = Math.max(token, answer.value[1]);
-    const atOrAbove = answers.filter((answer) => answer?.ok && answer.value[1] >= token).length;
+    for (const answer of answers) if (answer?.ok && typeof answer.value === 'number') token = Math.max(token, answer.value);
+    const atOrAbove = answers.filter((answer) => answer?.ok && counterOf(answer.value) >= token).length;
     if (atOrAbove >= this.masters.quorum) return BigInt(token);
-    const behind = answers.map((answer) => answer?.ok === true && answer.value[0] === 1 && answer.value[1] < token);
+    const behind = answers.map((answer) => answer?.ok === true && typeof answer.value === 'number' && answer.value < token);
     return this.masters.round(raiseFenceScript, key, [entry, token], 'acquire', undefined, behind).then((raised) => {
       const confirmed = atOrAbove + raised.filter((answer) => answer?.ok && answer.value === 1).length;
       return confirmed >= this.masters.quorum ? BigInt(token) : undefined;
@@ -138,15 +154,17 @@ export class RedlockVotes {
 
   /**
    * Owner-checked release on every master, raising each fence to `raiseTo` on the way (when
-   * given). Rejects (for the caller's warning) only when no majority confirmed it: the rest
-   * expire with the ttl.
+   * given). `done` gets an error (for the caller's warning) only when no majority confirmed it:
+   * the rest expire with the ttl.
    */
-  async release(key: string, entry: string, raiseTo: bigint | undefined): Promise<void> {
+  releaseTo(key: string, entry: string, raiseTo: bigint | undefined, done: (error?: Error) => void): void {
     const sentAt = performance.now();
     // Sent to every master; a paused minority does not keep the caller once a majority confirmed.
-    const answers = await this.masters.round(releaseScript, key, [entry, raiseTo === undefined ? '' : String(raiseTo), ''], 'release', this.confirmedByMajority, undefined, this.masters.serverTimeoutMs);
-    if (this.confirmedByMajority(answers)) return;
-    throw new LockServerUnreachableError('redlock', `release "${key}"`, this.masters.unanswered(answers), Math.round(performance.now() - sentAt), this.masters.firstError(answers));
+    const args = raiseTo === undefined ? [entry] : [entry, String(raiseTo)];
+    this.masters.roundTo(releaseScript, key, args, 'release', (answers) => {
+      if (this.confirmedByMajority(answers)) return done();
+      done(new LockServerUnreachableError('redlock', `release "${key}"`, this.masters.unanswered(answers), Math.round(performance.now() - sentAt), this.masters.firstError(answers)));
+    }, this.confirmedByMajority, undefined, this.masters.serverTimeoutMs);
   }
 
   private readonly confirmedByMajority = (answers: readonly Answer<unknown>[]): boolean => {
@@ -166,14 +184,41 @@ export class RedlockVotes {
   }
 }
 
-/** [granted, refused] among the answers so far; errors and silence count as neither. */
+/** [granted, refused] among the acquire script's answers so far; errors and silence count as neither. */
+function tallyVotes(answers: readonly Answer<MasterVote>[]): [number, number] {
+  let granted = 0;
+  let refused = 0;
+  for (const answer of answers) {
+    if (!answer?.ok) continue;
+    if (typeof answer.value === 'number') granted++;
+    else refused++;
+  }
+  return [granted, refused];
+}
+
+/** A master's fence counter as its vote reported it. */
+function counterOf(vote: MasterVote): number {
+  return typeof vote === 'number' ? vote : vote[1];
+}
+
+/**
+ * The token to raise the masters' fences to at a release: the token when a master answered the
+ * vote below it (it lagged), else none. The vote itself already left a majority at or above the
+ * token (fence); raising a master that lagged at the release only spares a later vote the extra
+ * round that would raise it then.
+ */
+export function fenceToRaise(vote: Pick<Won, 'token' | 'answers'>): bigint | undefined {
+  const token = Number(vote.token);
+  return vote.answers.some((answer) => answer?.ok && counterOf(answer.value) < token) ? vote.token : undefined;
+}
+
+/** [renewed, refused] among the renew script's answers so far; errors and silence count as neither. */
 function tally(answers: readonly Answer<unknown>[]): [number, number] {
   let granted = 0;
   let refused = 0;
   for (const answer of answers) {
     if (!answer?.ok) continue;
-    const first = Array.isArray(answer.value) ? answer.value[0] : answer.value;
-    if (first === 1) granted++;
+    if (answer.value === 1) granted++;
     else refused++;
   }
   return [granted, refused];
@@ -183,11 +228,11 @@ function tally(answers: readonly Answer<unknown>[]): [number, number] {
  * How long until a majority of masters is free at the latest: a granting master is free now, a
  * refusing one when its holder's key runs out (its PTTL), an unanswered one never (as far as we know).
  */
-function freeIn(answers: readonly Answer<[0 | 1, number, number?]>[], quorum: number): number {
+function freeIn(answers: readonly Answer<MasterVote>[], quorum: number): number {
   const frees = answers
     .map((answer) => {
       if (!answer?.ok) return Infinity;
-      if (answer.value[0] === 1) return 0;
+      if (typeof answer.value === 'number') return 0;
       const pttl = answer.value[2] ?? 0;
       return pttl < 0 ? (pttl === -1 ? Infinity : 0) : pttl;
     })

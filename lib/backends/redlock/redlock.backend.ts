@@ -4,7 +4,7 @@ import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import { LocalQueueBackend } from '../local-queue/local-queue-backend';
-import { RedlockAcquisition, UNREACHABLE_RETRY_MS, type AcquisitionTiming } from './redlock-acquisition';
+import { RedlockAcquisition, UNREACHABLE_RETRY_MS, type AcquisitionReport, type AcquisitionTiming } from './redlock-acquisition';
 import { RedlockBatch } from './redlock-batch';
 import { forceReleaseRedlock, inspectRedlock } from './redlock-inspect';
 import { RedlockMasters } from './redlock-masters';
@@ -16,7 +16,7 @@ import {
   type RedlockBackendOptions,
 } from './redlock-options';
 import { WAKE_CHANNEL_PREFIX } from './redlock-scripts';
-import { RedlockVotes } from './redlock-votes';
+import { fenceToRaise, RedlockVotes } from './redlock-votes';
 
 /** The longest a waiter goes without voting again, in case a master's word was lost. */
 const SAFETY_NET_MS = 1_000;
@@ -40,6 +40,8 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
   /** Leaves room for the suffixes of the fence and waiter keys. */
   readonly maxKeyBytes = 1000;
   readonly address: string;
+  /** A release's round ends within serverTimeoutMs: every command of it is bounded by that (RedisConnections). */
+  readonly boundedRelease = true;
   /** This process on the masters: its wake channel and its place among a name's waiters. */
   private readonly waiterId = randomBytes(12).toString('base64url');
   private readonly masters: RedlockMasters;
@@ -120,6 +122,7 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
       return null;
     }
     batch.leaseFrom = vote.sentAt;
+    batch.won = vote;
     if (!this.lifecycle.isOpen || this.queues.has(key)) {
       // Closed, or callers of this process queued meanwhile: a try does not go ahead of them.
       this.votes.giveBack(key, batch.id, '');
@@ -155,7 +158,7 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
     this.queues.closeAll(this.lifecycle.closedWhileWaiting());
     this.closing.abort(heldError);
     this.held.clear();
-    for (const batch of holding) this.releaseEntry(batch);
+    for (const batch of holding) this.releaseEntry(batch).catch(() => undefined);
     // The releases must leave before the connections close; a dead master does not hold us up.
     const released = Promise.allSettled([...this.releasing]);
     await Promise.race([released, new Promise((resolve) => setTimeout(resolve, this.settings.serverTimeoutMs).unref())]);
@@ -164,21 +167,25 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
 
   /** BatchEntries: the batch's entry starts voting at once, and waits for words between votes. */
   send(batch: RedlockBatch): void {
-    const acquisition = new RedlockAcquisition(this.votes, batch, this.waiterId, this.timing, {
-      won: (vote) => {
-        this.waiting.delete(batch.name);
-        batch.leaseFrom = vote.sentAt;
-        this.queues.holds(batch, vote.token);
-      },
-      failed: (error) => {
-        this.waiting.delete(batch.name);
-        this.queues.end(batch, error);
-      },
-    });
+    const acquisition = new RedlockAcquisition(this.votes, batch, this.waiterId, this.timing, this.report);
     batch.acquisition = acquisition;
     this.waiting.set(batch.name, acquisition);
     acquisition.start();
   }
+
+  /** What a batch's acquisition ends with: made once, not per acquisition. */
+  private readonly report: AcquisitionReport = {
+    won: (batch, vote) => {
+      this.waiting.delete(batch.name);
+      batch.leaseFrom = vote.sentAt;
+      batch.won = vote;
+      this.queues.holds(batch, vote.token);
+    },
+    failed: (batch, error) => {
+      this.waiting.delete(batch.name);
+      this.queues.end(batch, error);
+    },
+  };
 
   /** BatchEntries: its callers all left (or we close): stop voting, give back anything won, leave the waiters. */
   withdraw(batch: RedlockBatch, reason: unknown): void {
@@ -264,11 +271,18 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
     this.queues.end(batch, this.majorityGone('keep the lock'));
   }
 
+  /** Releases the entry on every master; tracked until the masters answer, for close(). */
   private releaseEntry(batch: RedlockBatch): Promise<void> {
-    const released = this.votes.release(batch.name, batch.id, batch.entryToken);
+    let settle!: (error?: Error) => void;
+    const released = new Promise<void>((resolve, reject) => {
+      settle = (error) => {
+        this.releasing.delete(released);
+        if (error) reject(error);
+        else resolve();
+      };
+    });
     this.releasing.add(released);
-    const forget = () => void this.releasing.delete(released);
-    released.then(forget, forget);
+    this.votes.releaseTo(batch.name, batch.id, batch.won ? fenceToRaise(batch.won) : batch.entryToken, settle);
     return released;
   }
 
