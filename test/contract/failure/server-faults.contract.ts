@@ -56,6 +56,7 @@ export function serverFaultCases(context: FailureContext): void {
       let trying: Promise<Timed<LockHandle | null>>;
       let inspecting: Promise<Timed<unknown>>;
       let forcing: Promise<Timed<unknown>>;
+      let releasing: Promise<Timed<void>>;
       const acquireBound = Math.min(WAIT_TIMEOUT_MS, SERVER_TIMEOUT_MS) + MARGIN_MS;
       const tryBound = SERVER_TIMEOUT_MS + MARGIN_MS;
 
@@ -84,6 +85,9 @@ export function serverFaultCases(context: FailureContext): void {
           throw new Error(`a holder ended before the fault: ${describeError(watching.error ?? ignoring.error ?? 'no error')}`);
         });
         await Promise.race([Promise.all([watchingEntered.promise, ignoringEntered.promise]), endedEarly]);
+        // Released as the fault strikes, with most of its lease left: the release waits for the
+        // server (no early answer from the lease), so only the release's own bound can end it.
+        const toRelease = await trier.acquire(context.newKey(), { waitTimeoutMs: WAIT_TIMEOUT_MS });
         faultAt = performance.now();
         await inflict(context, fault);
         inflicted();
@@ -92,6 +96,7 @@ export function serverFaultCases(context: FailureContext): void {
         trying = timed(() => trier.tryAcquire(context.newKey()), tryBound + GRACE_MS);
         inspecting = timed(() => trier.inspect(context.newKey()), tryBound + GRACE_MS);
         forcing = timed(() => trier.forceRelease(context.newKey()), tryBound + GRACE_MS);
+        releasing = timed(() => toRelease.release(), tryBound + GRACE_MS);
       });
 
       after(async () => {
@@ -122,6 +127,13 @@ export function serverFaultCases(context: FailureContext): void {
           withinBound(t, what, outcome.ms, tryBound);
           assertUnreachable(outcome, route.address, what);
         }
+      });
+
+      it('releasing a lock still within its lease returns within serverTimeoutMs + margin, without throwing', CASE, async (t) => {
+        const outcome = await releasing;
+        t.diagnostic(`release ended with ${describeError(outcome.error ?? 'no error')}`);
+        withinBound(t, 'release', outcome.ms, tryBound);
+        assert.equal(outcome.error, undefined, `release threw ${describeError(outcome.error)}: a failed release is logged, the lease ends on its own`);
       });
 
       it("a held lock's signal fires before its lease ends, and withLock ends with LockLostError 'server-unreachable' by the lease deadline + margin", CASE, async (t) => {
