@@ -96,7 +96,10 @@ export class EtcdAcquisition implements LocalFollower {
    */
   grantedByRelease(own: IKeyValue): void {
     if (this.state !== 'waiting') return;
-    this.revision = createRevision(own);
+    // Key names are reused (EntrySlots): the read may be of the entry this name had before ours.
+    const revision = createRevision(own);
+    if (this.revision !== undefined ? revision !== this.revision : revision <= (this.keys.slot?.sinceRevision ?? -1n)) return;
+    this.revision = revision;
     this.grant();
   }
 
@@ -118,7 +121,7 @@ export class EtcdAcquisition implements LocalFollower {
     this.unfollow();
     this.predecessor = predecessor.key;
     if (predecessor.lease !== this.session.leaseId) return this.watch(predecessor, readRevision);
-    if (!this.localFollowers.follow(predecessor.key, this)) void this.recheck();
+    if (!this.localFollowers.follow(predecessor, this)) void this.recheck();
   }
 
   /**

@@ -37,7 +37,9 @@ export class EtcdKeyDeletes {
       (response) => {
         const lowest = lowestAfterDelete(response);
         if (lowest && !this.stopped) this.lowestNow(lowest);
-        this.localFollowers.gone(keys.own, this.mayBeFollowed());
+        this.localFollowers.gone(keys.own, revision, this.mayBeFollowed());
+        // After the lowest key was acted on: a new entry under this name may reuse the key's name.
+        if (revision !== undefined) keys.slot?.free(BigInt(response.header.revision));
       },
       (error) => {
         if (session.alive && !this.stopped) {
@@ -54,6 +56,7 @@ export class EtcdKeyDeletes {
    * block the name until the process ends; its deletion wakes a follower of this process too.
    */
   deleteUnsure(keys: LockKeys, session: EtcdSession): void {
+    keys.slot?.retire();
     void this.delete(keys, undefined, session).catch(() => undefined);
     this.later(LATE_PUT_MS, () => {
       if (session.alive) void this.delete(keys, undefined, session).catch(() => undefined);

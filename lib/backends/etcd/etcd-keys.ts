@@ -1,12 +1,14 @@
+import type { EntrySlot } from './entry-slots';
+
 /**
  * The etcd keys of one lock name: every contender (holder and waiters) puts
- * `<escaped name>/<session lease id, hex>/<owner>` with its session lease; the holder is the key
+ * `<escaped name>/<session lease id, hex>/<entry>` with its session lease; the holder is the key
  * with the lowest create revision under `<escaped name>/`.
  *
  * The name is escaped ('%' -> '%25', '/' -> '%2F') so that it never contains '/': otherwise the
  * range of lock "a" (`a/`) would also cover the contenders of lock "a/b" (`a/b/...`).
- * The owner is part of the key because one process (one session lease) may have several
- * acquisitions of one name in flight, from different async call chains.
+ * The entry is part of the key because one process (one session lease) may have several
+ * entries of one name in flight (see EntrySlots for why it is a reused number).
  */
 export interface LockKeys {
   /** The contender range: every key starting with `<escaped name>/`. */
@@ -14,11 +16,13 @@ export interface LockKeys {
   readonly end: Buffer;
   /** This acquisition's own key. */
   readonly own: Buffer;
+  /** What names `own` below the lease id, for a session's entries (EntrySlots). */
+  readonly slot?: EntrySlot;
 }
 
-export function lockKeys(name: string, leaseId: string, owner: string): LockKeys {
+export function lockKeys(name: string, leaseId: string, entry: string, slot?: EntrySlot): LockKeys {
   const { start, end } = contenderRange(name);
-  return { start, end, own: Buffer.concat([start, Buffer.from(`${BigInt(leaseId).toString(16)}/${owner}`)]) };
+  return { start, end, own: Buffer.concat([start, Buffer.from(`${BigInt(leaseId).toString(16)}/${entry}`)]), slot };
 }
 
 /** The range of every contender of a lock name (see LockKeys.start and end). */

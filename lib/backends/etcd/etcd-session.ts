@@ -2,6 +2,8 @@ import type { Etcd3, ILeaseKeepAliveResponse, Lease } from 'etcd3';
 import { deadlines, type Deadline } from '../../deadlines';
 import { driftAllowanceMs } from '../../lock-lease';
 import type { EtcdCalls } from './etcd-calls';
+import { lockKeys, type LockKeys } from './etcd-keys';
+import { EntrySlots } from './entry-slots';
 
 /** A keepalive probe goes out when no keepalive sent in this fraction of the ttl was answered. */
 const PROBE_AFTER_TTL = 0.4;
@@ -34,6 +36,7 @@ export class EtcdSession {
   private sent: number[] = [];
   /** performance.now() when the newest keepalive etcd answered (or the grant) was sent. */
   private confirmedSentAt: number;
+  private readonly slots = new EntrySlots();
 
   private constructor(
     private readonly lease: Lease,
@@ -82,6 +85,12 @@ export class EtcdSession {
     }
     calls.reached();
     return new EtcdSession(lease, leaseId, grantedAt, ttlSeconds, onLost, calls);
+  }
+
+  /** The keys of a new entry of this session under `name`, named by a reused slot (EntrySlots). */
+  entryKeys(name: string): LockKeys {
+    const slot = this.slots.take(name);
+    return lockKeys(name, this.leaseId, String(slot.number), slot);
   }
 
   /** Not ended, and its local deadline not passed (checked now, in case timers ran late). */

@@ -9,7 +9,6 @@ import { EtcdCalls } from './etcd-calls';
 import { ATTEMPTS, createEtcdClient, suppliedClientAddress } from './etcd-client';
 import { EtcdInspector } from './etcd-inspect';
 import { EtcdKeyDeletes, LATE_PUT_MS } from './etcd-key-deletes';
-import { lockKeys } from './etcd-keys';
 import { EtcdBatch } from './etcd-batch';
 import { DEFAULT_ETCD_HOSTS, etcdAddress, sessionTtlSeconds, validateEtcdOptions, type EtcdBackendOptions } from './etcd-options';
 import { EtcdRenewals } from './etcd-renewals';
@@ -93,7 +92,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGran
     const { key, owner } = request;
     const session = await this.sessions.session('take a lock');
     const batch = new EtcdBatch(key, owner);
-    batch.keys = lockKeys(key, session.leaseId, owner);
+    batch.keys = session.entryKeys(key);
     batch.session = session;
     let response: ITxnResponse;
     try {
@@ -103,7 +102,10 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGran
       if (retryOnNewSession && this.sessionDropped(session, error)) return this.queues.has(key) ? null : this.tryTake(request, false);
       throw error;
     }
-    if (!response.succeeded) return null;
+    if (!response.succeeded) {
+      batch.keys.slot?.free(BigInt(response.header.revision));
+      return null;
+    }
     // Callers that queued meanwhile put their key after ours: they wait for this one.
     this.queues.adopt(batch, BigInt(response.header.revision));
     batch.holder = owner;
@@ -166,7 +168,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGran
   private enqueue(batch: EtcdBatch, session: EtcdSession, retryOnNewSession: boolean): void {
     if (batch.state !== 'sending') return;
     if (!batch.hasCallers || !this.lifecycle.isOpen) return this.queues.end(batch);
-    const keys = lockKeys(batch.name, session.leaseId, batch.id);
+    const keys = session.entryKeys(batch.name);
     const ownId = keys.own.toString('latin1');
     batch.keys = keys;
     batch.session = session;
@@ -178,11 +180,11 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGran
       this.localFollowers,
       {
         granted: (revision) => {
-          this.waiting.delete(ownId);
+          this.forget(ownId, acquisition);
           this.queues.holds(batch, revision);
         },
         failed: (error) => {
-          this.waiting.delete(ownId);
+          this.forget(ownId, acquisition);
           if (batch.state === 'ended') return;
           const retry = retryOnNewSession && !acquisition.queued && this.sessionDropped(session, error) && batch.hasCallers;
           if (!retry) return this.queues.end(batch, error);
@@ -198,6 +200,11 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGran
     batch.acquisition = acquisition;
     this.waiting.set(ownId, acquisition);
     void acquisition.start().then(() => this.queues.sent(batch, acquisition.queued));
+  }
+
+  /** Own key names are reused (EntrySlots): only this acquisition's entry is removed. */
+  private forget(ownId: string, acquisition: EtcdAcquisition): void {
+    if (this.waiting.get(ownId) === acquisition) this.waiting.delete(ownId);
   }
 
   /** BatchEntries: a batch still waiting for a session ends when that session comes (enqueue). */
@@ -254,7 +261,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGran
    * batch queue anew, at the back, as long as the holder told is the batch's current one.
    */
   private keyDeleted(batch: EtcdBatch, grant: LockGrant): void {
-    this.localFollowers.gone(batch.keys!.own, this.waiting.size > 0);
+    this.localFollowers.gone(batch.keys!.own, batch.entryToken, this.waiting.size > 0);
     if (batch.holder === grant.owner) this.queues.requeue(batch);
     else this.queues.end(batch, this.keyGone('renew a lock'));
   }

@@ -1,3 +1,6 @@
+import type { IKeyValue } from 'etcd3';
+import { createRevision } from './etcd-requests';
+
 /** A waiter of this process whose predecessor is a key of this process too. */
 export interface LocalFollower {
   /** The predecessor's key is gone: look again at the queue. */
@@ -16,8 +19,12 @@ export interface LocalFollower {
  */
 export class LocalFollowers {
   private readonly followers = new Map<string, LocalFollower>();
-  /** Keys deleted recently, oldest first, with when. */
-  private readonly deleted = new Map<string, number>();
+  /**
+   * Keys deleted recently, oldest first, with when and the create revision deleted (undefined: by
+   * name, whatever it was). A session reuses its key names (EntrySlots), so a read may show a
+   * newer key of a name deleted just before: that one is not gone.
+   */
+  private readonly deleted = new Map<string, { at: number; revision?: bigint }>();
 
   constructor(private readonly rememberMs: number) {}
 
@@ -26,10 +33,11 @@ export class LocalFollowers {
    * either way, so that if the key is there after all (a put that committed after its call
    * failed and after it was deleted by name), its next deletion still wakes the follower.
    */
-  follow(key: Buffer, follower: LocalFollower): boolean {
-    const id = key.toString('latin1');
+  follow(predecessor: IKeyValue, follower: LocalFollower): boolean {
+    const id = predecessor.key.toString('latin1');
     this.followers.set(id, follower);
-    return !this.deleted.has(id);
+    const deleted = this.deleted.get(id);
+    return deleted === undefined || (deleted.revision !== undefined && deleted.revision !== createRevision(predecessor));
   }
 
   unfollow(key: Buffer, follower: LocalFollower): void {
@@ -38,26 +46,26 @@ export class LocalFollowers {
   }
 
   /**
-   * The key is gone (deleted here, or found missing): wake its follower. `mayBeFollowed`: some
+   * The key is gone (deleted here, or found missing), the one created at `revision` when known: wake its follower. `mayBeFollowed`: some
    * acquisition of this process is in flight and may yet read the key; with none, a later read
    * cannot see it, and there is nothing to remember.
    */
-  gone(key: Buffer, mayBeFollowed: boolean): void {
+  gone(key: Buffer, revision: bigint | undefined, mayBeFollowed: boolean): void {
     const id = key.toString('latin1');
     const follower = this.followers.get(id);
     this.followers.delete(id);
-    if (mayBeFollowed) this.remember(id);
+    if (mayBeFollowed) this.remember(id, revision);
     follower?.predecessorGone();
   }
 
-  private remember(id: string): void {
+  private remember(id: string, revision: bigint | undefined): void {
     const now = performance.now();
-    for (const [old, at] of this.deleted) {
+    for (const [old, { at }] of this.deleted) {
       if (now - at < this.rememberMs) break;
       this.deleted.delete(old);
     }
     this.deleted.delete(id);
-    this.deleted.set(id, now);
+    this.deleted.set(id, { at: now, revision });
   }
 
   clear(): void {

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { Etcd3 } from 'etcd3';
 import { DEFAULT_KEY_PREFIX, DistributedLockError, LockBackendError, type LockGrant } from '../../../lib';
-import { lockKeys } from '../../../lib/backends/etcd/etcd-keys';
+import { contenderRange, lockKeys } from '../../../lib/backends/etcd/etcd-keys';
 import { deleteOwnTxn } from '../../../lib/backends/etcd/etcd-requests';
 import { HolderProcess } from '../../support/holder-process';
 import { lockServiceOver } from '../../support/lock-service-factory';
@@ -62,6 +62,26 @@ describe('etcd backend', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
     assert.equal(await b.tryAcquire(request(key, 'other')), null, 'releasing the stale grant freed the newer lock');
     await a.release(second);
     assert.ok(await b.tryAcquire(request(key, 'other')));
+  });
+
+  it("reuses a process's key names under a busy lock name, so etcd's index of the name (deleted keys stay in it until compaction) stays as small as the entries in flight", async () => {
+    const key = newKey();
+    const locks = etcd.backend();
+    const { start, end } = contenderRange(key);
+    const names = new Set<string>();
+    const holderKey = async () => {
+      const response = await etcd.admin.kv.range({ key: start, range_end: end, keys_only: true });
+      for (const kv of response.kvs) names.add(kv.key.toString());
+    };
+    for (let round = 0; round < 20; round++) {
+      // One caller, then a burst of callers of one process served under one entry.
+      await locks.release(await locks.acquire(request(key, `alone-${round}`)).then(async (grant) => (await holderKey(), grant)));
+      const burst = Array.from({ length: 4 }, (_, i) => locks.acquire(request(key, `burst-${round}-${i}`)).then(async (grant) => (await holderKey(), locks.release(grant))));
+      await within(Promise.all(burst), 20_000, `burst ${round}`);
+    }
+    const history = await etcd.admin.kv.range({ key: start, range_end: end, keys_only: true });
+    assert.equal(history.kvs.length, 0, 'keys left under the name after every release');
+    assert.ok(names.size <= 2, `40 entries of one process used ${names.size} key names, such as ${[...names].slice(0, 3).join(', ')}`);
   });
 
   it('serves the callers of one process that arrive together under one key: one put, one delete, hand-overs with no round trip, no other process in between', async () => {
