@@ -7,19 +7,24 @@ export const ATTEMPTS = 3;
 
 type Attempt<T> = (context: { signal: AbortSignal; attempt: number }) => PromiseLike<T> | T;
 
+/**
+ * The signal every attempt gets: cockatiel's policies hand one to the call, and etcd3 never reads
+ * it, so one signal that never aborts serves all (an AbortSignal per attempt cost a cycle 2-3%).
+ */
+const NEVER_ABORTED = new AbortController().signal;
+
 /** cockatiel's IPolicy as etcd3 calls it (execute only): the call once, as is. */
 const noPolicy = {
-  execute: <T>(fn: Attempt<T>) => Promise.resolve().then(() => fn({ signal: new AbortController().signal, attempt: 1 })),
+  execute: <T>(fn: Attempt<T>) => Promise.resolve().then(() => fn({ signal: NEVER_ABORTED, attempt: 1 })),
 } as never;
 
 /** The same, trying again (on another member) after a transport failure, ATTEMPTS in all. */
 function retryPolicy(isRecoverable: (error: Error) => boolean) {
   return {
     async execute<T>(fn: Attempt<T>): Promise<T> {
-      const signal = new AbortController().signal;
       for (let attempt = 1; ; attempt++) {
         try {
-          return await fn({ signal, attempt });
+          return await fn({ signal: NEVER_ABORTED, attempt });
         } catch (error) {
           if (attempt >= ATTEMPTS || !(error instanceof Error) || !isRecoverable(error)) throw error;
         }

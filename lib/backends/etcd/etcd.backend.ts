@@ -60,7 +60,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGran
     private readonly client: Etcd3,
     private readonly config: EtcdBackendConfig,
   ) {
-    super('etcd');
+    super('etcd', { sendFirstAtOnce: true });
     this.address = config.address;
     const callTimeoutMs = config.ownsClient ? undefined : config.serverTimeoutMs;
     this.calls = new EtcdCalls(client, config.address, config.attemptTimeoutMs, callTimeoutMs, config.usesTls);
