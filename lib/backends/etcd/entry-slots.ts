@@ -42,27 +42,24 @@ export class EntrySlot {
 /** One session's slots, per lock name. A name is forgotten once none of its slots is taken. */
 export class EntrySlots {
   /** Per name, per slot number: null while taken, else the revision since which it is free. */
-  private readonly names = new Map<string, Map<number, bigint | null>>();
+  private readonly names = new Map<string, Array<bigint | null>>();
 
   /** The lowest free number of `name`, or a new one. */
   take(name: string): EntrySlot {
     let slots = this.names.get(name);
-    if (!slots) this.names.set(name, (slots = new Map()));
-    for (const [number, freeSince] of slots) {
-      if (freeSince === null) continue;
-      slots.set(number, null);
-      return new EntrySlot(name, number, freeSince, this);
-    }
-    slots.set(slots.size, null);
-    return new EntrySlot(name, slots.size - 1, 0n, this);
+    if (!slots) this.names.set(name, (slots = []));
+    let number = slots.findIndex((freeSince) => freeSince !== null);
+    if (number < 0) number = slots.length;
+    const sinceRevision = slots[number] ?? 0n;
+    slots[number] = null;
+    return new EntrySlot(name, number, sinceRevision, this);
   }
 
   /** @internal EntrySlot.free's bookkeeping. */
   freed(slot: EntrySlot, revision: bigint): void {
     const slots = this.names.get(slot.name);
     if (!slots) return;
-    slots.set(slot.number, revision);
-    for (const freeSince of slots.values()) if (freeSince === null) return;
-    this.names.delete(slot.name);
+    slots[slot.number] = revision;
+    if (slots.every((freeSince) => freeSince !== null)) this.names.delete(slot.name);
   }
 }
