@@ -14,6 +14,7 @@ import { formatRatio, median, pairedRatio, pairedTimeRatio } from './stats';
 import { progress } from './progress';
 import { cpuPerCycle } from './cpu-per-cycle';
 import { criticalPath, type TimedSocket } from './critical-path';
+import { addedOverFirst, measureCommandCycles } from './redis-command-floors';
 import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK, WARMUP_CYCLES } from './workloads';
 import { recordFigure, recordTarget } from './summary';
 
@@ -136,6 +137,7 @@ export async function run(): Promise<void> {
     recordFigure("uncontended cycle time: the library's scripts alone vs the best peer / the library vs its scripts alone", `${floorVsPeer.toFixed(2)}x / ${oursVsFloor.toFixed(2)}x`);
     await printCpuPerCycle(ours, bestCycle, connect());
     await printCriticalPath(ours.runners[0], backends[0], contenders.find((c) => c.label.startsWith('redis-semaphore'))!, mutexClients[0]);
+    await printCommandFloors(redis.port, 1e6 / cycles.get(bestCycle)!);
     const cycleRatio = cycleRatios.get(bestCycle)!.median;
     const saleRatio = sales.get(ours)!.makespanMs / sales.get(bestSale)!.makespanMs;
     // Issue 13: our cycle at most 1.05x the fastest peer's (the inverse of the cycles/s ratio, round by round).
@@ -206,6 +208,23 @@ async function printCriticalPath(ours: LockRunner, backend: LockBackend, mutex: 
   recordFigure(
     "uncontended cycle's steps vs the Mutex's (us: trips / this process between them)",
     `${signed(a.acquireTrip + a.releaseTrip - b.acquireTrip - b.releaseTrip)} / ${signed(a.grantToRelease + a.releasedToNext - b.grantToRelease - b.releasedToNext)}`,
+  );
+}
+
+/**
+ * What the 1.05x target leaves room for: the time a fence and the FIFO queue add at the least,
+ * as bare commands on one connection, against 5% of the Mutex's cycle. Our process's work
+ * between the trips matches the Mutex's (printCriticalPath), so the trips decide.
+ */
+async function printCommandFloors(port: number, peerCycleUs: number): Promise<void> {
+  const floors = addedOverFirst(await measureCommandCycles(port));
+  console.log(`bare command cycles on one connection (no client library), medians over rounds, and what each adds to the first in the same round:`);
+  for (const { label, us, addedUs } of floors) console.log(`  ${label}: ${us.toFixed(1)} us per cycle, ${signed(addedUs)} us`);
+  const allowanceUs = peerCycleUs * 0.05;
+  console.log(`the 1.05x target allows ${allowanceUs.toFixed(1)} us over the best peer's ${peerCycleUs.toFixed(1)} us cycle`);
+  recordFigure(
+    'us a bare cycle adds to the Mutex\'s commands: a fence / a fence and FIFO / our scripts; the 1.05x target allows',
+    `${floors.slice(1).map(({ addedUs }) => signed(addedUs)).join(' / ')}; ${allowanceUs.toFixed(1)}`,
   );
 }
 

@@ -1,0 +1,200 @@
+import { createHash } from 'node:crypto';
+import { connect, type Socket } from 'node:net';
+import { lockKeys } from '../lib/backends/redis/redis-keys';
+import { acquireScript, releaseScript } from '../lib/backends/redis/redis-lock-scripts';
+import { bulks, commandHeader } from '../lib/backends/redis/resp-encoding';
+import { median } from './stats';
+import { interleavedCycles, type LockRunner } from './workloads';
+
+const ROUNDS = 31;
+const CYCLES_PER_ROUND = 500;
+const LEASE_MS = 10_000;
+
+/**
+ * One uncontended cycle as bare Redis commands: what it sends for the acquire and for the
+ * release, each with the number of replies it waits for. Nothing else runs around them.
+ */
+interface CommandCycle {
+  readonly label: string;
+  readonly acquire: Buffer;
+  readonly acquireReplies: number;
+  /** The release, from the acquire's last reply; throws when that reply refused the lock. */
+  readonly release: (acquireReply: string) => Buffer | string;
+}
+
+const command = (...words: (string | number)[]) => commandHeader(words.length) + bulks(words);
+const sha1 = (text: string) => createHash('sha1').update(text).digest('hex');
+const evalsha = (lua: string, keys: readonly string[], ...args: (string | number)[]) => command('EVALSHA', sha1(lua), keys.length, ...keys, ...args);
+
+/** The Mutex's release: compare and delete. */
+const COMPARE_AND_DELETE = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`;
+/** The same, but freeing the key only when nobody queues (a FIFO lock must hand it on otherwise). */
+const COMPARE_AND_DELETE_IF_NO_QUEUE = `if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('llen', KEYS[2]) == 0 then redis.call('del', KEYS[1]) return 1 end return 2`;
+
+/**
+ * Cycles from the Mutex's commands up to this library's scripts, each adding what one guarantee
+ * needs at the least: a fence taken atomically with the key (MULTI, cheaper than any script), then
+ * the queue checked on both sides for FIFO. Every one of them is a correct uncontended cycle.
+ */
+function commandCycles(name: string): CommandCycle[] {
+  const keys = lockKeys(name);
+  const owner = 'bench-floor-owner-0001';
+  /** A release sent once the acquire's reply shows SET's OK. */
+  const afterOk = (lua: string, releaseKeys: string[]) => {
+    const release = Buffer.from(evalsha(lua, releaseKeys, owner));
+    return (reply: string) => {
+      if (!reply.includes('+OK')) throw new Error(`bare cycle on "${name}": the acquire was refused (${JSON.stringify(reply)})`);
+      return release;
+    };
+  };
+  // Encoded once, as the library does: only the value changes from cycle to cycle.
+  const libraryReleaseWords = commandHeader(4 + keys.all.length) + bulks(['EVALSHA', sha1(releaseScript.lua), keys.all.length, ...keys.all]);
+  const fencedAcquire = (checkQueue: boolean) =>
+    Buffer.from(command('MULTI') + command('INCR', keys.fence) + command('SET', keys.owner, owner, 'NX', 'PX', LEASE_MS) + (checkQueue ? command('LLEN', keys.queue) : '') + command('EXEC'));
+  return [
+    {
+      label: "the Mutex's commands (SET NX PX; a compare-and-delete script)",
+      acquire: Buffer.from(command('SET', keys.owner, owner, 'NX', 'PX', LEASE_MS)),
+      acquireReplies: 1,
+      release: afterOk(COMPARE_AND_DELETE, [keys.owner]),
+    },
+    {
+      label: 'with a fence (MULTI, INCR, SET NX PX, EXEC; the same release)',
+      acquire: fencedAcquire(false),
+      acquireReplies: 4,
+      release: afterOk(COMPARE_AND_DELETE, [keys.owner]),
+    },
+    {
+      label: 'with a fence and FIFO (MULTI, INCR, SET NX PX, LLEN, EXEC; a release that checks the queue)',
+      acquire: fencedAcquire(true),
+      acquireReplies: 5,
+      release: afterOk(COMPARE_AND_DELETE_IF_NO_QUEUE, [keys.owner, keys.queue]),
+    },
+    {
+      label: "this library's acquire and release scripts",
+      // As the library sends it for a caller that may wait: '<staleAfterMs> <clientId>' too.
+      acquire: Buffer.from(evalsha(acquireScript.lua, keys.all, owner, LEASE_MS, '60000 bench-floor')),
+      acquireReplies: 1,
+      release: (reply) => {
+        const fence = /^:(\d+)\r\n$/.exec(reply)?.[1];
+        if (fence === undefined) throw new Error(`bare cycle on "${name}": the acquire was refused (${JSON.stringify(reply)})`);
+        return libraryReleaseWords + bulks([`${fence} ${owner}`]);
+      },
+    },
+  ];
+}
+
+/** Where one RESP reply starting at `at` ends, or -1 when the buffer does not hold all of it yet. */
+function replyEnd(buffer: Buffer, at: number): number {
+  const lineEnd = buffer.indexOf('\r\n', at);
+  if (lineEnd < 0) return -1;
+  const type = String.fromCharCode(buffer[at]);
+  if (type === '$') {
+    const length = Number(buffer.toString('latin1', at + 1, lineEnd));
+    if (length < 0) return lineEnd + 2;
+    const end = lineEnd + 2 + length + 2;
+    return end <= buffer.length ? end : -1;
+  }
+  if (type === '*') {
+    let end = lineEnd + 2;
+    for (let count = Number(buffer.toString('latin1', at + 1, lineEnd)); count > 0 && end >= 0; count--) end = end < buffer.length ? replyEnd(buffer, end) : -1;
+    return end;
+  }
+  return lineEnd + 2;
+}
+
+/** A bare connection that sends pre-encoded bytes and waits for a number of replies: no client library's work. */
+class BareConnection {
+  private pending: Buffer = Buffer.alloc(0);
+  private awaited = 0;
+  private replies: string[] = [];
+  private done?: (replies: string[]) => void;
+  private failed?: (error: Error) => void;
+
+  private constructor(private readonly socket: Socket) {
+    socket.on('data', (data) => this.read(data));
+    // A bench must end with an error, not hang, when the server goes away.
+    socket.on('error', (error) => this.failed?.(error));
+    socket.on('close', () => this.failed?.(new Error('redis-server closed the bare connection')));
+  }
+
+  static async open(port: number): Promise<BareConnection> {
+    const socket = connect(port, '127.0.0.1');
+    socket.setNoDelay(true);
+    await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+    return new BareConnection(socket);
+  }
+
+  send(bytes: Buffer | string, replies: number): Promise<string[]> {
+    return new Promise((resolve, reject) => {
+      this.awaited = replies;
+      this.replies = [];
+      this.done = resolve;
+      this.failed = reject;
+      this.socket.write(bytes);
+    });
+  }
+
+  close(): void {
+    this.failed = undefined;
+    this.socket.destroy();
+  }
+
+  private read(data: Buffer): void {
+    this.pending = this.pending.length === 0 ? data : Buffer.concat([this.pending, data]);
+    let at = 0;
+    for (let end = replyEnd(this.pending, at); end >= 0; end = at < this.pending.length ? replyEnd(this.pending, at) : -1) {
+      this.replies.push(this.pending.toString('utf8', at, end));
+      at = end;
+    }
+    this.pending = this.pending.subarray(at);
+    if (this.replies.length >= this.awaited && this.done) {
+      const done = this.done;
+      this.done = this.failed = undefined;
+      done(this.replies);
+    }
+  }
+}
+
+/** Per command cycle, its time in microseconds, one value per round (rounds aligned). */
+export type CommandCycleTimes = Map<string, number[]>;
+
+/**
+ * The least each guarantee costs in round trips and server work: bare cycles of commands on one
+ * connection, every cycle once per round in a shuffled order, as the libraries' cycles are run.
+ * Client work is the same (next to none) for each, so the differences are Redis' and the kernel's.
+ */
+export async function measureCommandCycles(port: number): Promise<CommandCycleTimes> {
+  const connection = await BareConnection.open(port);
+  try {
+    for (const lua of [COMPARE_AND_DELETE, COMPARE_AND_DELETE_IF_NO_QUEUE, acquireScript.lua, releaseScript.lua]) await connection.send(command('SCRIPT', 'LOAD', lua), 1);
+    // Each round locks a fresh name: its cycles are encoded once, on first use.
+    const cyclesByName = new Map<string, CommandCycle[]>();
+    const labels = commandCycles('').map((cycle) => cycle.label);
+    const runners = new Map(
+      labels.map((label, index): [string, LockRunner] => [
+        label,
+        async (name, section) => {
+          let cycles = cyclesByName.get(name);
+          if (cycles === undefined) cyclesByName.set(name, (cycles = commandCycles(name)));
+          const cycle = cycles[index];
+          const replies = await connection.send(cycle.acquire, cycle.acquireReplies);
+          const release = cycle.release(replies[replies.length - 1]);
+          await section();
+          await connection.send(release, 1);
+        },
+      ]),
+    );
+    const perSecond = await interleavedCycles(runners, ROUNDS, CYCLES_PER_ROUND);
+    return new Map([...perSecond].map(([label, rounds]) => [label, rounds.map((cycles) => 1e6 / cycles)]));
+  } finally {
+    connection.close();
+  }
+}
+
+/** Per cycle, the median over rounds of its time, and of its time minus the first cycle's (the Mutex's commands) in the same round. */
+export function addedOverFirst(times: CommandCycleTimes): { label: string; us: number; addedUs: number }[] {
+  const first = [...times.values()][0];
+  return [...times].map(([label, values]) => ({ label, us: median(values), addedUs: median(values.map((value, round) => value - first[round])) }));
+}
