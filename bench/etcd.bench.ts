@@ -4,7 +4,7 @@ import { EtcdCluster } from '../servers/etcd-server';
 import { lockServiceOver } from './lock-services';
 import { printFlashSale } from './report';
 import { formatRatio, median, pairedRatio } from './stats';
-import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK } from './workloads';
+import { cyclesMs, flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK } from './workloads';
 import { recordFigure, recordTarget } from './summary';
 
 /** The peer's retry interval: what a user of a try-lock writes. */
@@ -78,14 +78,11 @@ export async function run(): Promise<void> {
  */
 async function busyNameRatio(run: LockRunner): Promise<number> {
   const busy = `bench-busy-${process.pid}-${Date.now()}`;
-  for (let i = 0; i < HISTORY_CYCLES; i++) await run(busy, () => undefined);
-  const cycleMs = async (name: string) => {
-    const started = performance.now();
-    for (let i = 0; i < HISTORY_CYCLES_PER_ROUND; i++) await run(name, () => undefined);
-    return performance.now() - started;
-  };
+  await cyclesMs(run, busy, HISTORY_CYCLES);
   const ratios: number[] = [];
-  for (let round = 0; round < HISTORY_ROUNDS; round++) ratios.push((await cycleMs(busy)) / (await cycleMs(`${busy}-fresh-${round}`)));
+  for (let round = 0; round < HISTORY_ROUNDS; round++) {
+    ratios.push((await cyclesMs(run, busy, HISTORY_CYCLES_PER_ROUND)) / (await cyclesMs(run, `${busy}-fresh-${round}`, HISTORY_CYCLES_PER_ROUND)));
+  }
   return median(ratios);
 }
 

@@ -1,7 +1,8 @@
-import { createHash } from 'node:crypto';
 import { connect, type Socket } from 'node:net';
+import { ownerValue } from '../lib/backends/redis/redis-commands';
 import { lockKeys } from '../lib/backends/redis/redis-keys';
 import { acquireScript, releaseScript } from '../lib/backends/redis/redis-lock-scripts';
+import { RedisScript } from '../lib/backends/redis/redis-script';
 import { bulks, commandHeader } from '../lib/backends/redis/resp-encoding';
 import { median } from './stats';
 import { interleavedCycles, type LockRunner } from './workloads';
@@ -23,14 +24,17 @@ interface CommandCycle {
 }
 
 const command = (...words: (string | number)[]) => commandHeader(words.length) + bulks(words);
-const sha1 = (text: string) => createHash('sha1').update(text).digest('hex');
-const evalsha = (lua: string, keys: readonly string[], ...args: (string | number)[]) => command('EVALSHA', sha1(lua), keys.length, ...keys, ...args);
+/** A script's EVALSHA in RESP, encoded as the library encodes its own calls. */
+const evalsha = (script: RedisScript<unknown>, keys: readonly string[], args: (string | number)[]) => script.call(keys, args).encoded(false);
 
 /** The Mutex's release: compare and delete. */
-const COMPARE_AND_DELETE = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`;
+const compareAndDelete = new RedisScript<0 | 1>('compare and delete', `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0`);
 /** The same, but freeing the key only when nobody queues (a FIFO lock must hand it on otherwise). */
-const COMPARE_AND_DELETE_IF_NO_QUEUE = `if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
-if redis.call('llen', KEYS[2]) == 0 then redis.call('del', KEYS[1]) return 1 end return 2`;
+const compareAndDeleteIfNoQueue = new RedisScript<0 | 1 | 2>(
+  'compare and delete if nobody queues',
+  `if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('llen', KEYS[2]) == 0 then redis.call('del', KEYS[1]) return 1 end return 2`,
+);
 
 /**
  * Cycles from the Mutex's commands up to this library's scripts, each adding what one guarantee
@@ -41,15 +45,13 @@ function commandCycles(name: string): CommandCycle[] {
   const keys = lockKeys(name);
   const owner = 'bench-floor-owner-0001';
   /** A release sent once the acquire's reply shows SET's OK. */
-  const afterOk = (lua: string, releaseKeys: string[]) => {
-    const release = Buffer.from(evalsha(lua, releaseKeys, owner));
+  const afterOk = (script: RedisScript<unknown>, releaseKeys: string[]) => {
+    const release = Buffer.from(evalsha(script, releaseKeys, [owner]));
     return (reply: string) => {
       if (!reply.includes('+OK')) throw new Error(`bare cycle on "${name}": the acquire was refused (${JSON.stringify(reply)})`);
       return release;
     };
   };
-  // Encoded once, as the library does: only the value changes from cycle to cycle.
-  const libraryReleaseWords = commandHeader(4 + keys.all.length) + bulks(['EVALSHA', sha1(releaseScript.lua), keys.all.length, ...keys.all]);
   const fencedAcquire = (checkQueue: boolean) =>
     Buffer.from(command('MULTI') + command('INCR', keys.fence) + command('SET', keys.owner, owner, 'NX', 'PX', LEASE_MS) + (checkQueue ? command('LLEN', keys.queue) : '') + command('EXEC'));
   return [
@@ -57,29 +59,29 @@ function commandCycles(name: string): CommandCycle[] {
       label: "the Mutex's commands (SET NX PX; a compare-and-delete script)",
       acquire: Buffer.from(command('SET', keys.owner, owner, 'NX', 'PX', LEASE_MS)),
       acquireReplies: 1,
-      release: afterOk(COMPARE_AND_DELETE, [keys.owner]),
+      release: afterOk(compareAndDelete, [keys.owner]),
     },
     {
       label: 'with a fence (MULTI, INCR, SET NX PX, EXEC; the same release)',
       acquire: fencedAcquire(false),
       acquireReplies: 4,
-      release: afterOk(COMPARE_AND_DELETE, [keys.owner]),
+      release: afterOk(compareAndDelete, [keys.owner]),
     },
     {
       label: 'with a fence and FIFO (MULTI, INCR, SET NX PX, LLEN, EXEC; a release that checks the queue)',
       acquire: fencedAcquire(true),
       acquireReplies: 5,
-      release: afterOk(COMPARE_AND_DELETE_IF_NO_QUEUE, [keys.owner, keys.queue]),
+      release: afterOk(compareAndDeleteIfNoQueue, [keys.owner, keys.queue]),
     },
     {
       label: "this library's acquire and release scripts",
       // As the library sends it for a caller that may wait: '<staleAfterMs> <clientId>' too.
-      acquire: Buffer.from(evalsha(acquireScript.lua, keys.all, owner, LEASE_MS, '60000 bench-floor')),
+      acquire: Buffer.from(evalsha(acquireScript, keys.all, [owner, LEASE_MS, '60000 bench-floor'])),
       acquireReplies: 1,
       release: (reply) => {
         const fence = /^:(\d+)\r\n$/.exec(reply)?.[1];
         if (fence === undefined) throw new Error(`bare cycle on "${name}": the acquire was refused (${JSON.stringify(reply)})`);
-        return libraryReleaseWords + bulks([`${fence} ${owner}`]);
+        return evalsha(releaseScript, keys.all, [ownerValue(fence, owner)]);
       },
     },
   ];
@@ -168,7 +170,7 @@ export type CommandCycleTimes = Map<string, number[]>;
 export async function measureCommandCycles(port: number): Promise<CommandCycleTimes> {
   const connection = await BareConnection.open(port);
   try {
-    for (const lua of [COMPARE_AND_DELETE, COMPARE_AND_DELETE_IF_NO_QUEUE, acquireScript.lua, releaseScript.lua]) await connection.send(command('SCRIPT', 'LOAD', lua), 1);
+    for (const script of [compareAndDelete, compareAndDeleteIfNoQueue, acquireScript, releaseScript]) await connection.send(command('SCRIPT', 'LOAD', script.lua), 1);
     // Each round locks a fresh name: its cycles are encoded once, on first use.
     const cyclesByName = new Map<string, CommandCycle[]>();
     const labels = commandCycles('').map((cycle) => cycle.label);

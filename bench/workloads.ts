@@ -19,14 +19,19 @@ export interface CycleResult {
   cycleMs: number;
 }
 
+/** How long `cycles` uncontended acquire+release cycles on `name`, one after another, take (ms). */
+export async function cyclesMs(run: LockRunner, name: string, cycles: number): Promise<number> {
+  const started = performance.now();
+  for (let i = 0; i < cycles; i++) await run(name, () => undefined);
+  return performance.now() - started;
+}
+
 /** Uncontended acquire+release cycles, one after another, on a fresh name each round. */
 export async function uncontendedCycles(run: LockRunner, rounds = 7, cyclesPerRound = 300): Promise<CycleResult> {
   const perSecond: number[] = [];
   for (let round = 0; round < rounds; round++) {
     const name = `bench-cycle-${process.pid}-${Date.now()}-${round}`;
-    const started = performance.now();
-    for (let i = 0; i < cyclesPerRound; i++) await run(name, () => undefined);
-    perSecond.push(cyclesPerRound / ((performance.now() - started) / 1000));
+    perSecond.push(cyclesPerRound / ((await cyclesMs(run, name, cyclesPerRound)) / 1000));
     if (rounds > 1) progress('uncontended round', round + 1, rounds);
   }
   const cyclesPerSecond = median(perSecond);
