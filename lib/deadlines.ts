@@ -1,4 +1,4 @@
-import { MAX_TIMER_MS } from './lock-options';
+import { MAX_TIMER_MS } from './lock-defaults';
 
 /** A deadline set with Deadlines.add, to pass to cancel. */
 export interface Deadline {

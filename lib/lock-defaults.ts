@@ -5,3 +5,11 @@ export const DEFAULT_SERVER_TIMEOUT_MS = 5_000;
 export const DEFAULT_KEY_PREFIX = 'lock:';
 /** Node clamps a longer timer to 1 ms: a 30-day ttl would expire at once. About 24.8 days. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * How far a server's clock may run ahead of ours over a lease of `ttlMs` (1% + 2 ms): every
+ * local deadline ends that much before the server's.
+ */
+export function driftAllowanceMs(ttlMs: number): number {
+  return ttlMs * 0.01 + 2;
+}

@@ -3,6 +3,7 @@ import type { LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { deadlines, type Deadline } from './deadlines';
 import { lockChannels, type LostMessage, type ReleasedMessage } from './diagnostics/lock-channels';
 import { DistributedLockError, LockLostError, LockServerUnreachableError, type LockLostReason } from './errors';
+import { driftAllowanceMs } from './lock-defaults';
 import { assertTtl } from './lock-options';
 import { withinServerTimeout } from './server-timeout';
 import { listenToAbort, stopListeningToAbort, type AbortWatcher } from './shared-abort-listeners';
@@ -11,9 +12,6 @@ import { listenToAbort, stopListeningToAbort, type AbortWatcher } from './shared
  * Local clocks and the server's drift apart, and a grant arrives a little after the server
  * started its lease: the local deadline is taken this much early (Redlock's 1% + 2 ms).
  */
-export function driftAllowanceMs(ttlMs: number): number {
-  return ttlMs * 0.01 + 2;
-}
 
 const logger = new Logger('DistributedLock');
 

@@ -49,6 +49,13 @@ export interface LockBackend {
   forceRelease?(key: string): Promise<boolean>;
 
   /**
+   * The entry modes this backend grants besides 'write' (see EntryMode). LockService refuses a
+   * read lock or a semaphore on a backend that does not list its mode, with a LockConfigError
+   * naming the backends that do, before any I/O. Omitted: only 'write'.
+   */
+  readonly modes?: readonly EntryMode[];
+
+  /**
    * How far the server's clock may run ahead of ours over a lease of `ttlMs`, when a backend
    * allows more than the library's own (1% + 2 ms): every local deadline is that much earlier.
    */
@@ -97,9 +104,28 @@ export interface LockBackend {
   close(): Promise<void>;
 }
 
+/**
+ * What a server-side entry asks for. A lock name is one queue of entries in a total order that
+ * every process agrees on, whatever their modes; each entry may go by one rule over the entries
+ * ahead of it in that queue:
+ * - 'write' (the exclusive lock, the default): none ahead;
+ * - 'read': no 'write' entry ahead (so a reader that arrives behind a waiting writer waits for it);
+ * - 'permit' (one of a semaphore's `limit`): fewer than `limit` entries ahead.
+ * Every grant's token is above every earlier grant's on the name, whatever the modes.
+ */
+export type EntryMode = 'write' | 'read' | 'permit';
+
 export interface AcquireRequest {
   /** The full key: module keyPrefix + resolved name, hashed when longer than maxKeyBytes. */
   readonly key: string;
+  /** Default 'write'. Another mode is asked for only when the backend lists it in `modes`. */
+  readonly mode?: EntryMode;
+  /**
+   * For mode 'permit': the semaphore's limit, a positive integer. A backend rejects a permit
+   * whose limit differs from that of a permit of the same key still queued or held (in any
+   * process it can see) with a LockConfigError('limit', ...) naming both limits.
+   */
+  readonly limit?: number;
   /** Unique per acquisition; the backend grants and checks ownership by it. */
   readonly owner: string;
   /** Lease length. Backends with coarser leases round up and say how in their docs. */
@@ -148,13 +174,25 @@ export interface LockGrant {
 /** What `LockBackend.inspect` reports. */
 export interface LockInspection {
   readonly held: boolean;
-  readonly holder?: {
-    readonly owner: string;
-    /** The token the holder's handle shows (for an in-process hand-over: as last recorded on the server). */
-    readonly fencingToken: bigint;
-    readonly heldForMs?: number;
-    readonly expiresInMs?: number;
-  };
+  /** The mode of the holders' entries; omitted when free. 'permit' for a semaphore. */
+  readonly mode?: EntryMode;
+  /** For a semaphore: its limit. */
+  readonly limit?: number;
+  /**
+   * Every holder, oldest first, when more than one may hold (readers, permits); `holder` is the
+   * first of them. A backend that cannot list them reports `holder` only.
+   */
+  readonly holders?: readonly LockHolder[];
+  readonly holder?: LockHolder;
   /** Callers queued behind the holder, over every process, as far as the server can tell. */
   readonly waiting: number;
+}
+
+/** One holder of a lock, as `LockBackend.inspect` reports it. */
+export interface LockHolder {
+  readonly owner: string;
+  /** The token the holder's handle shows (for an in-process hand-over: as last recorded on the server). */
+  readonly fencingToken: bigint;
+  readonly heldForMs?: number;
+  readonly expiresInMs?: number;
 }

@@ -1,6 +1,6 @@
 import type { Etcd3, ILeaseKeepAliveResponse, Lease } from 'etcd3';
 import { deadlines, type Deadline } from '../../deadlines';
-import { driftAllowanceMs } from '../../lock-lease';
+import { driftAllowanceMs } from '../../lock-defaults';
 import type { EtcdCalls } from './etcd-calls';
 import { lockKeys, type LockKeys } from './etcd-keys';
 import { EntrySlots } from './entry-slots';

@@ -1,5 +1,5 @@
 import { deadlines } from '../../deadlines';
-import { driftAllowanceMs } from '../../lock-lease';
+import { driftAllowanceMs } from '../../lock-defaults';
 import type { LockGrant } from '../lock-backend.interface';
 import type { RedisBatch } from './redis-batch';
 

@@ -1,6 +1,6 @@
 import { deadlines, type Deadline } from '../../deadlines';
 import { DistributedLockError, LockBackendError } from '../../errors';
-import { driftAllowanceMs } from '../../lock-lease';
+import { driftAllowanceMs } from '../../lock-defaults';
 import { closeClient, ZkCode, zkCode, type ZkAcl, type ZkClient, type ZkError, type ZkModule, type ZkStat, type ZkWatcher } from './zookeeper-client';
 import { permissionMask, type ResolvedZooKeeperOptions } from './zookeeper-options';
 import { OneShot } from './one-shot';
