@@ -118,6 +118,28 @@ export class LockConfigError extends DistributedLockError {
   }
 }
 
+/**
+ * The async call chain holds a lock in one mode and asked for it in a mode that mode does not
+ * cover: write inside read (an upgrade, which deadlocks as soon as two readers try it), or a
+ * lock inside a semaphore's permit of the same name. Thrown before any I/O.
+ */
+export class LockModeError extends DistributedLockError {
+  constructor(
+    readonly key: string,
+    /** The mode the chain holds: 'read', 'write' or 'permit' (a semaphore). */
+    readonly heldMode: string,
+    /** The mode asked for inside it. */
+    readonly requestedMode: string,
+  ) {
+    super(
+      `Lock "${key}" is held in ${heldMode} mode by this async call chain, which asked for it again in ${requestedMode} mode. ` +
+        (heldMode === 'read' && requestedMode === 'write'
+          ? 'Upgrading a read lock to write deadlocks when two readers try it: take the write lock from the start (it covers reads inside it).'
+          : `Only the same mode (or read inside write) is re-entrant: release the ${heldMode} hold first, or take ${requestedMode} from the start.`),
+    );
+  }
+}
+
 function describe(cause: unknown): string {
   return cause instanceof Error ? cause.message : String(cause);
 }

@@ -1,7 +1,7 @@
 export { DistributedLockModule } from './distributed-lock.module';
-export { LockService, type LockInspectionResult } from './lock.service';
+export { LockService, type LockInspectionResult, type LockNames } from './lock.service';
 export { LockHandle } from './lock-handle';
-export { WithLock } from './with-lock.decorator';
+export { WithLock, WithSemaphore } from './with-lock.decorator';
 export { currentLock } from './lock-context';
 export type { LockKeyTemplate } from './lock-key';
 export {
@@ -9,8 +9,12 @@ export {
   DEFAULT_SERVER_TIMEOUT_MS,
   DEFAULT_TTL_MS,
   DEFAULT_WAIT_TIMEOUT_MS,
+  MAX_SEMAPHORE_LIMIT,
   type AcquireOptions,
   type BackendOptions,
+  type CallOptions,
+  type LockMode,
+  type SemaphoreOptions,
   type DistributedLockModuleOptions,
   type LockOptions,
   type MetricsRegistry,
@@ -39,11 +43,12 @@ export {
   LockConfigError,
   LockKeyError,
   LockLostError,
+  LockModeError,
   LockServerUnreachableError,
   LockTimeoutError,
   type LockLostReason,
 } from './errors';
-export type { AcquireRequest, LockBackend, LockGrant, LockInspection } from './backends/lock-backend.interface';
+export type { AcquireRequest, EntryMode, LockBackend, LockGrant, LockHolder, LockInspection } from './backends/lock-backend.interface';
 export { MemoryLockBackend } from './backends/memory/memory.backend';
 export { MemoryLockStore } from './backends/memory/memory-lock-store';
 export type { RedisBackendOptions, RedisClientLike } from './backends/redis/redis-options';

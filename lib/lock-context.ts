@@ -16,10 +16,19 @@ export class LockScope {
     private readonly service: object,
     private readonly key: string,
     private readonly handle: LockHandle,
+    /** What currentLock() shows for this entry: the handle of several names that `handle` is part of, if any. */
+    private readonly shown: LockHandle,
   ) {}
 
   static with(parent: LockScope | undefined, service: object, key: string, handle: LockHandle): LockScope {
-    return new LockScope(parent, service, key, handle);
+    return new LockScope(parent, service, key, handle, handle);
+  }
+
+  /** `parent` with each name of a handle of several names: each re-enterable by its key, currentLock() the whole. */
+  static withEach(parent: LockScope | undefined, service: object, whole: LockHandle): LockScope | undefined {
+    let scope = parent;
+    for (const part of whole.parts!) if (!part.reentrant) scope = new LockScope(scope, service, part.lease.grant.key, part, whole);
+    return scope;
   }
 
   /** The chain's handle for `key` taken through `service` (the outermost one), if the lock is still held. */
@@ -33,7 +42,7 @@ export class LockScope {
   /** The lock entered last in this chain and not released yet (it may have been lost: see its signal). */
   get innermost(): LockHandle | undefined {
     for (let scope: LockScope | undefined = this; scope; scope = scope.parent) {
-      if (!scope.handle.lease.isReleased) return scope.handle;
+      if (!scope.handle.lease.isReleased) return scope.shown;
     }
     return undefined;
   }

@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import type { LockBackend, LockGrant } from './backends/lock-backend.interface';
+import type { EntryMode, LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { deadlines, type Deadline } from './deadlines';
 import { lockChannels, type LostMessage, type ReleasedMessage } from './diagnostics/lock-channels';
 import { DistributedLockError, LockLostError, LockServerUnreachableError, type LockLostReason } from './errors';
@@ -51,6 +51,8 @@ export class LockLease implements AbortWatcher {
     private readonly serverTimeoutMs: number,
     /** Told once, after the backend release, so the owner can stop tracking this lease. */
     private readonly onReleased: (lease: LockLease) => void,
+    /** The entry's mode: what a re-entrant acquisition in the same chain may ask for (see lock-mode.ts). */
+    readonly mode: EntryMode = 'write',
   ) {
     const now = (this.grantedAt = performance.now());
     // The server's lease started after the request was sent, never before: count from then.

@@ -1,4 +1,5 @@
 import type { BackendSettings } from './backends/backend-definition';
+import type { EntryMode } from './backends/lock-backend.interface';
 import { validateBackendOptions, type BackendOptions } from './backends/registry';
 import { LockConfigError } from './errors';
 import { DEFAULT_KEY_PREFIX, DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS, DEFAULT_WAIT_TIMEOUT_MS, MAX_TIMER_MS } from './lock-defaults';
@@ -33,14 +34,26 @@ export interface LockOptions {
 /** What `withLock` and `@WithLock` do when the lock is not taken within `waitTimeoutMs`. */
 export type OnTimeout = 'throw' | 'skip';
 
+/**
+ * 'write' (the default): the exclusive lock. 'read': shared with every other reader of the name,
+ * excluded by a writer; a reader that arrives while a writer waits queues behind that writer.
+ */
+export type LockMode = 'write' | 'read';
+
+/** Options of one lock call (`acquire`, `tryAcquire`, `withLock`, `@WithLock`). */
+export interface CallOptions extends LockOptions {
+  /** Default 'write'. See LockMode. */
+  mode?: LockMode;
+}
+
 /** Per call only. */
-export interface AcquireOptions extends LockOptions {
+export interface AcquireOptions extends CallOptions {
   /** Stop waiting when this aborts; `acquire` rejects with the signal's reason. */
   signal?: AbortSignal;
 }
 
 /** Options of a call that runs code under the lock: `withLock` and `@WithLock`. */
-export interface RunOptions extends LockOptions {
+export interface RunOptions extends CallOptions {
   /**
    * Default 'throw' (LockTimeoutError). 'skip': the code does not run, the call resolves to
    * `undefined` and a debug line is logged: a job that another replica is already running is
@@ -58,6 +71,9 @@ export interface RunOptions extends LockOptions {
 
 /** As RunOptions, for `withLock`, which also takes a `signal`. */
 export interface WithLockOptions extends RunOptions, AcquireOptions {}
+
+/** The options of a semaphore call: a lock call's, without `mode` (every holder takes a permit). */
+export type SemaphoreOptions = Omit<WithLockOptions, 'mode'>;
 
 export interface DistributedLockModuleOptions extends LockOptions {
   /** Default `{ type: 'memory' }`: the embedded in-process backend. */
@@ -98,6 +114,10 @@ export interface ResolvedLockOptions {
   readonly renew: boolean;
   readonly waitTimeoutMs: number;
   readonly onLockLost: OnLockLost;
+  /** The entry the call puts: a lock's mode, or 'permit' for a semaphore. */
+  readonly mode: EntryMode;
+  /** For a permit: the semaphore's limit. */
+  readonly limit: number | undefined;
 }
 
 export interface ResolvedModuleOptions extends ResolvedRunOptions {
@@ -110,11 +130,15 @@ export interface ResolvedModuleOptions extends ResolvedRunOptions {
 }
 
 /** The options a call may give (@WithLock, withLock, acquire, tryAcquire); `signal` where it waits. */
-const LOCK_OPTION_FIELDS = ['ttlMs', 'renewIntervalMs', 'renew', 'waitTimeoutMs', 'onLockLost'] as const;
+const LEASE_OPTION_FIELDS = ['ttlMs', 'renewIntervalMs', 'renew', 'waitTimeoutMs', 'onLockLost'] as const;
+const LOCK_OPTION_FIELDS = [...LEASE_OPTION_FIELDS, 'mode'];
 const ACQUIRE_OPTION_FIELDS = [...LOCK_OPTION_FIELDS, 'signal'];
 const RUN_FIELDS = [...LOCK_OPTION_FIELDS, 'onTimeout', 'minHoldMs'];
 const WITH_LOCK_FIELDS = [...RUN_FIELDS, 'signal'];
-const MODULE_OPTION_FIELDS = [...LOCK_OPTION_FIELDS, 'backend', 'keyPrefix', 'serverTimeoutMs', 'metrics', 'tracing'];
+const MODULE_OPTION_FIELDS = [...LEASE_OPTION_FIELDS, 'backend', 'keyPrefix', 'serverTimeoutMs', 'metrics', 'tracing'];
+/** A semaphore call's fields: a lock call's without `mode`; `signal` where it waits, as for locks. */
+export const SEMAPHORE_RUN_FIELDS: readonly string[] = WITH_LOCK_FIELDS.filter((field) => field !== 'mode');
+export const SEMAPHORE_DECORATOR_FIELDS: readonly string[] = RUN_FIELDS.filter((field) => field !== 'mode');
 
 /** What `withLock` and `@WithLock` add to the lock options, resolved. */
 export interface ResolvedRunOptions extends ResolvedLockOptions {
@@ -127,16 +151,21 @@ export interface ResolvedRunOptions extends ResolvedLockOptions {
  * the lock options over the module's, then `onTimeout` and `minHoldMs`, checked against the
  * call's ttlMs. `signal`: whether this caller may give one (withLock does, @WithLock does not).
  */
-export function resolveRunOptions(options: RunOptions | undefined, defaults: ResolvedRunOptions, signal: boolean): ResolvedRunOptions {
+export function resolveRunOptions(
+  options: RunOptions | undefined,
+  defaults: ResolvedRunOptions,
+  signal: boolean,
+  known: readonly string[] = signal ? WITH_LOCK_FIELDS : RUN_FIELDS,
+): ResolvedRunOptions {
   if (!options) return defaults;
-  const resolved = resolveLockOptions(options, defaults, signal ? WITH_LOCK_FIELDS : RUN_FIELDS);
+  const resolved = resolveLockOptions(options, defaults, known);
   const onTimeout = options.onTimeout ?? defaults.onTimeout;
   if (onTimeout !== 'throw' && onTimeout !== 'skip') throw new LockConfigError('onTimeout', `must be 'throw' or 'skip', got ${String(onTimeout)}.`);
   const minHoldMs = options.minHoldMs ?? defaults.minHoldMs;
   assertMilliseconds('minHoldMs', minHoldMs, (ms) => ms >= 0 && ms <= resolved.ttlMs, () => `0 to ttlMs (${resolved.ttlMs}) milliseconds, so the lease covers it; raise ttlMs for a longer hold`);
   // Spelled out: a spread costs every lock call about half a microsecond.
-  const { ttlMs, renewIntervalMs, renew, waitTimeoutMs, onLockLost } = resolved;
-  return { ttlMs, renewIntervalMs, renew, waitTimeoutMs, onLockLost, onTimeout, minHoldMs };
+  const { ttlMs, renewIntervalMs, renew, waitTimeoutMs, onLockLost, mode, limit } = resolved;
+  return { ttlMs, renewIntervalMs, renew, waitTimeoutMs, onLockLost, mode, limit, onTimeout, minHoldMs };
 }
 
 /** Validates the module options at startup, so a typo fails the boot, not the first request. */
@@ -193,6 +222,8 @@ export const DEFAULT_LOCK_OPTIONS: ResolvedRunOptions = {
   renew: true,
   waitTimeoutMs: DEFAULT_WAIT_TIMEOUT_MS,
   onLockLost: 'throw',
+  mode: 'write',
+  limit: undefined,
   onTimeout: 'throw',
   minHoldMs: 0,
 };
@@ -228,7 +259,19 @@ export function resolveLockOptions(
   if (onLockLost !== 'throw' && onLockLost !== 'ignore') {
     throw new LockConfigError('onLockLost', `must be 'throw' or 'ignore', got ${String(onLockLost)}.`);
   }
-  return { ttlMs, renewIntervalMs, renew, waitTimeoutMs, onLockLost };
+  const mode = (options as CallOptions).mode ?? defaults.mode;
+  if (mode !== defaults.mode && mode !== 'write' && mode !== 'read') throw new LockConfigError('mode', `must be 'write' or 'read', got ${String(mode)}.`);
+  return { ttlMs, renewIntervalMs, renew, waitTimeoutMs, onLockLost, mode, limit: defaults.limit };
+}
+
+/** The largest semaphore limit: a permit count every backend stores as a 32-bit integer. */
+export const MAX_SEMAPHORE_LIMIT = 2 ** 31 - 1;
+
+/** A semaphore's limit: a positive integer, checked before any I/O. */
+export function assertSemaphoreLimit(limit: unknown): asserts limit is number {
+  if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1 || limit > MAX_SEMAPHORE_LIMIT) {
+    throw new LockConfigError('limit', `a semaphore's limit must be a whole number from 1 to ${MAX_SEMAPHORE_LIMIT}, got ${typeof limit === 'string' ? `"${limit}"` : String(limit)}.`);
+  }
 }
 
 /** Built once: every lock call checks its options, and only a failed check needs the words. */
@@ -242,3 +285,11 @@ export function assertTtl(option: string, ttlMs: unknown): asserts ttlMs is numb
 
 /** The fields @WithLock and tryAcquire accept (no `signal`: they take none). */
 export const CALL_OPTION_FIELDS: readonly string[] = LOCK_OPTION_FIELDS;
+
+/**
+ * A call's options, resolved, as a semaphore's: every holder takes one permit of `limit`.
+ * Options from a lock call's resolution keep their checks; only the entry changes.
+ */
+export function asPermit<T extends ResolvedLockOptions>(resolved: T, limit: number): T {
+  return { ...resolved, mode: 'permit', limit };
+}

@@ -11,19 +11,29 @@ import { LockInstrumentation } from './instrumentation/lock-instrumentation';
 import { LockHandle } from './lock-handle';
 import { assertLockName, toBackendKey } from './lock-key';
 import { LockLease } from './lock-lease';
+import { canonicalNames, takeMany } from './lock-many';
+import { assertBackendGrants, assertCovers } from './lock-mode';
 import { WaitRequest } from './wait-request';
 import {
+  asPermit,
+  assertSemaphoreLimit,
   CALL_OPTION_FIELDS,
   resolveLockOptions,
   resolveRunOptions,
+  SEMAPHORE_RUN_FIELDS,
+  SEMAPHORE_DECORATOR_FIELDS,
   type AcquireOptions,
-  type LockOptions,
+  type CallOptions,
+  type SemaphoreOptions,
   type ResolvedLockOptions,
   type ResolvedModuleOptions,
   type ResolvedRunOptions,
   type RunOptions,
   type WithLockOptions,
 } from './lock-options';
+
+/** One lock name, or several taken together (all or nothing, in one canonical order). */
+export type LockNames = string | readonly string[];
 import { RESOLVED_LOCK_OPTIONS } from './lock-options.token';
 
 const logger = new Logger('DistributedLock');
@@ -106,8 +116,8 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     return service;
   }
 
-  /** Waits (FIFO) up to `waitTimeoutMs`, then rejects with LockTimeoutError. */
-  acquire(name: string, options?: AcquireOptions): Promise<LockHandle> {
+  /** Waits (FIFO) up to `waitTimeoutMs`, then rejects with LockTimeoutError. Several names: all or nothing. */
+  acquire(name: LockNames, options?: AcquireOptions): Promise<LockHandle> {
     let resolved: ResolvedLockOptions;
     try {
       resolved = resolveLockOptions(options, this.options);
@@ -117,8 +127,24 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     return this.acquireWith(name, resolved, options?.signal, 'LockService.acquire', false);
   }
 
-  /** Takes the lock only if it is free now (or re-entered); `null` otherwise. Never waits. */
-  tryAcquire(name: string, options?: LockOptions): Promise<LockHandle | null> {
+  /**
+   * One permit of the semaphore `name`, which at most `limit` holders hold at once across every
+   * process, granted first come first served; waits up to `waitTimeoutMs` (0: only if a permit
+   * is free now). Release it with the handle, as a lock.
+   */
+  acquireSemaphore(name: string, limit: number, options?: SemaphoreOptions): Promise<LockHandle> {
+    let resolved: ResolvedLockOptions;
+    try {
+      assertSemaphoreLimit(limit);
+      resolved = asPermit(resolveLockOptions(options, this.options, SEMAPHORE_ACQUIRE_FIELDS), limit);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.acquireWith(name, resolved, options?.signal, 'LockService.acquireSemaphore', false);
+  }
+
+  /** Takes the lock only if it is free now (or re-entered); `null` otherwise. Never waits. Several names: all or none. */
+  tryAcquire(name: LockNames, options?: CallOptions): Promise<LockHandle | null> {
     let resolved: ResolvedLockOptions;
     try {
       resolved = resolveLockOptions(options, this.options, CALL_OPTION_FIELDS);
@@ -126,7 +152,7 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
       return Promise.reject(error);
     }
     return this.take(name, resolved, undefined, 'LockService.tryAcquire', false).then((handle) => {
-      if (!handle && lockChannels.timedOut.hasSubscribers) lockChannels.timedOut.publish({ name, backend: this.backend.name, waitedMs: 0 } satisfies TimedOutMessage);
+      if (!handle && lockChannels.timedOut.hasSubscribers) lockChannels.timedOut.publish({ name: namesOf(name), backend: this.backend.name, waitedMs: 0 } satisfies TimedOutMessage);
       return handle;
     });
   }
@@ -137,9 +163,9 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
    * LockLostError (unless `onLockLost: 'ignore'`). With `onTimeout: 'skip'`, a lock not taken
    * within `waitTimeoutMs` resolves to `undefined` without running `fn`.
    */
-  withLock<T>(name: string, fn: (lock: LockHandle) => T | Promise<T>, options: WithLockOptions & { onTimeout: 'skip' }): Promise<T | undefined>;
-  withLock<T>(name: string, fn: (lock: LockHandle) => T | Promise<T>, options?: WithLockOptions): Promise<T>;
-  withLock<T>(name: string, fn: (lock: LockHandle) => T | Promise<T>, options?: WithLockOptions): Promise<T | undefined> {
+  withLock<T>(name: LockNames, fn: (lock: LockHandle) => T | Promise<T>, options: WithLockOptions & { onTimeout: 'skip' }): Promise<T | undefined>;
+  withLock<T>(name: LockNames, fn: (lock: LockHandle) => T | Promise<T>, options?: WithLockOptions): Promise<T>;
+  withLock<T>(name: LockNames, fn: (lock: LockHandle) => T | Promise<T>, options?: WithLockOptions): Promise<T | undefined> {
     let resolved: ResolvedRunOptions;
     try {
       resolved = resolveRunOptions(options, this.options, true);
@@ -149,18 +175,38 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     return this.run(name, fn, resolved, options?.signal, 'LockService.withLock');
   }
 
-  /** @internal @WithLock's way in: its method's name in logs and errors, no `signal`. */
-  runForDecorator<T>(name: string, fn: () => T | Promise<T>, options: RunOptions | undefined, method: string): Promise<T | undefined> {
+  /**
+   * Runs `fn` holding one permit of the semaphore `name` (at most `limit` holders at once across
+   * every process), then gives the permit back, as withLock does with a lock.
+   */
+  withSemaphore<T>(name: string, limit: number, fn: (permit: LockHandle) => T | Promise<T>, options: SemaphoreOptions & { onTimeout: 'skip' }): Promise<T | undefined>;
+  withSemaphore<T>(name: string, limit: number, fn: (permit: LockHandle) => T | Promise<T>, options?: SemaphoreOptions): Promise<T>;
+  withSemaphore<T>(name: string, limit: number, fn: (permit: LockHandle) => T | Promise<T>, options?: SemaphoreOptions): Promise<T | undefined> {
     let resolved: ResolvedRunOptions;
     try {
-      resolved = resolveRunOptions(options, this.options, false);
+      assertSemaphoreLimit(limit);
+      resolved = asPermit(resolveRunOptions(options, this.options, true, SEMAPHORE_RUN_FIELDS), limit);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.run(name, fn, resolved, options?.signal, 'LockService.withSemaphore');
+  }
+
+  /**
+   * @internal @WithLock's and @WithSemaphore's way in: its method's name in logs and errors, no
+   * `signal`; `limit` for a semaphore.
+   */
+  runForDecorator<T>(name: LockNames, fn: () => T | Promise<T>, options: RunOptions | undefined, method: string, limit?: number): Promise<T | undefined> {
+    let resolved: ResolvedRunOptions;
+    try {
+      resolved = limit === undefined ? resolveRunOptions(options, this.options, false) : asPermit(resolveRunOptions(options, this.options, false, SEMAPHORE_DECORATOR_FIELDS), limit);
     } catch (error) {
       return Promise.reject(error);
     }
     return this.run(name, fn, resolved, undefined, method);
   }
 
-  private async run<T>(name: string, fn: (lock: LockHandle) => T | Promise<T>, options: ResolvedRunOptions, signal: AbortSignal | undefined, method: string): Promise<T | undefined> {
+  private async run<T>(name: LockNames, fn: (lock: LockHandle) => T | Promise<T>, options: ResolvedRunOptions, signal: AbortSignal | undefined, method: string): Promise<T | undefined> {
     const skip = options.onTimeout === 'skip';
     let handle: LockHandle | null;
     try {
@@ -175,7 +221,7 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
         } finally {
           this.waitEnded(taken);
         }
-        const held = this.holding(grant, name, options, taken.started);
+        const held = this.holding(grant, name as string, options, taken.started);
         handle = held instanceof LockHandle ? held : await held;
       } else {
         handle = await taken;
@@ -183,9 +229,12 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     } catch (error) {
       return this.notTaken(name, error, skip, method);
     }
-    if (!handle) return this.notTaken(name, new LockTimeoutError(name, 0), skip, method);
-    const lease = handle.lease;
-    const scope = handle.reentrant ? lockContext.getStore() : LockScope.with(lockContext.getStore(), this, lease.grant.key, handle);
+    if (!handle) return this.notTaken(name, new LockTimeoutError(namesOf(name), 0), skip, method);
+    const scope = handle.reentrant
+      ? lockContext.getStore()
+      : handle.parts
+        ? LockScope.withEach(lockContext.getStore(), this, handle)
+        : LockScope.with(lockContext.getStore(), this, handle.lease.grant.key, handle);
     let result: T;
     try {
       const returned = lockContext.run(scope!, fn, handle);
@@ -195,7 +244,7 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
       await this.releaseAfterMinHold(handle, options.minHoldMs);
       throw error;
     }
-    const lost = lease.lost;
+    const lost = handle.lost;
     await this.releaseAfterMinHold(handle, options.minHoldMs);
     if (lost && options.onLockLost === 'throw') throw lost;
     return result;
@@ -207,8 +256,8 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
    */
   private releaseAfterMinHold(handle: LockHandle, minHoldMs: number): Promise<void> {
     if (minHoldMs === 0 || handle.reentrant) return handle.release();
-    const leftMs = minHoldMs - handle.lease.heldMs;
-    if (leftMs <= 0 || !handle.lease.isActive) return handle.release();
+    const leftMs = minHoldMs - handle.heldMs;
+    if (leftMs <= 0 || !handle.isActive) return handle.release();
     // Not kept alive: a process that exits meanwhile leaves the lock to its lease, which covers minHoldMs.
     const timer = deadlines.add(performance.now() + leftMs, () => {
       this.minHolds.delete(handle);
@@ -306,53 +355,68 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
    * As take(), waiting unless `waitTimeoutMs` is 0; a lock not taken is a LockTimeoutError,
    * published as timed out, or as skipped when the caller will `skip`.
    */
-  private acquireWith(name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, skip: boolean): Promise<LockHandle> {
+  private acquireWith(name: LockNames, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, skip: boolean): Promise<LockHandle> {
     // One reaction, not an async layer: withLock takes every lock through here.
     return this.take(name, options, signal, method, options.waitTimeoutMs !== 0).then(
-      (handle) => handle ?? this.timedOut(name, new LockTimeoutError(name, 0), skip),
+      (handle) => handle ?? this.timedOut(name, new LockTimeoutError(namesOf(name), 0), skip),
       (error: unknown) => this.timedOut(name, error, skip),
     );
   }
 
   /** Rethrows `error`; a lock not taken in time is published first, as skipped when the caller will skip. */
-  private timedOut(name: string, error: unknown, skip: boolean): never {
+  private timedOut(name: LockNames, error: unknown, skip: boolean): never {
     this.publishTimeout(name, error, skip);
     throw error;
   }
 
   /** A lock run() did not take: rethrows `error`, or, for a timeout the caller skips, resolves to undefined. */
-  private notTaken(name: string, error: unknown, skip: boolean, method: string): undefined {
+  private notTaken(name: LockNames, error: unknown, skip: boolean, method: string): undefined {
     if (!skip || !(error instanceof LockTimeoutError)) return this.timedOut(name, error, skip);
     this.publishTimeout(name, error, skip);
-    logger.debug(`${method} skipped: lock "${name}" was not taken within ${error.waitedMs} ms (onTimeout: 'skip').`);
+    logger.debug(`${method} skipped: lock "${namesOf(name)}" was not taken within ${error.waitedMs} ms (onTimeout: 'skip').`);
     return undefined;
   }
 
-  private publishTimeout(name: string, error: unknown, skip: boolean): void {
+  private publishTimeout(name: LockNames, error: unknown, skip: boolean): void {
     if (!(error instanceof LockTimeoutError)) return;
     const published = skip ? lockChannels.skipped : lockChannels.timedOut;
-    if (published.hasSubscribers) published.publish({ name, backend: this.backend.name, waitedMs: error.waitedMs } satisfies TimedOutMessage);
+    if (published.hasSubscribers) published.publish({ name: namesOf(name), backend: this.backend.name, waitedMs: error.waitedMs } satisfies TimedOutMessage);
   }
 
   /**
    * The one path to a lock, for acquire, withLock and tryAcquire: re-entered if the chain holds
    * it, else from the backend, waiting in its queue when `wait`, or taken only if free (null if not).
    */
-  private take(name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, wait: boolean): Promise<LockHandle | null> {
+  private take(name: LockNames, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, wait: boolean): Promise<LockHandle | null> {
     const taken = this.begin(name, options, signal, method, wait);
-    return taken instanceof WaitRequest ? this.waited(taken, name, options) : taken;
+    return taken instanceof WaitRequest ? this.waited(taken, name as string, options) : taken;
+  }
+
+  /** Several names (see takeMany); one name of an array is that name's lock. */
+  private takeMany(names: readonly string[], options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, wait: boolean): Promise<LockHandle | null> {
+    try {
+      const ordered = canonicalNames(names, method, (name) => this.backendKey(name));
+      if (ordered.length === 1) return this.take(ordered[0].name, options, signal, method, wait);
+      assertBackendGrants(this.backend, options.mode);
+      for (const { name, key } of ordered) this.reenterable(key, name, options);
+      return takeMany(ordered, options, wait, (name, each, waitEach) => this.take(name, each, signal, method, waitEach));
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   /**
    * take() up to the backend's answer: the handle's promise (re-entered, a try, a traced
    * acquisition, bad input), or, for a plain wait, the request on its way, for the caller to await.
    */
-  private begin(name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, wait: boolean): Promise<LockHandle | null> | WaitRequest {
+  private begin(name: LockNames, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, wait: boolean): Promise<LockHandle | null> | WaitRequest {
+    if (typeof name !== 'string' && Array.isArray(name)) return this.takeMany(name, options, signal, method, wait);
     try {
       assertLockName(name, method);
       const key = this.backendKey(name);
-      const reentered = this.reenter(key);
+      const reentered = this.reenter(key, name, options);
       if (reentered) return Promise.resolve(reentered);
+      if (options.mode !== 'write') assertBackendGrants(this.backend, options.mode);
       signal?.throwIfAborted();
       this.assertRunning();
       if (tracingAcquire()) {
@@ -379,7 +443,7 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     const started = performance.now();
     let taken: LockGrant | null;
     try {
-      taken = await this.tryGrant(key, options.ttlMs);
+      taken = await this.tryGrant(key, options);
     } finally {
       if (message) message.waitedMs = performance.now() - started;
     }
@@ -388,7 +452,7 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
 
   /** The request goes to the backend; its wait's clock starts while it is on its way. */
   private startWait(key: string, name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined): WaitRequest {
-    const request = new WaitRequest(key, this.nextOwner(), options.ttlMs, performance.now());
+    const request = new WaitRequest(key, this.nextOwner(), options.ttlMs, performance.now(), options.mode, options.limit);
     let granted: Promise<LockGrant>;
     try {
       granted = this.backend.acquire(request);
@@ -456,10 +520,10 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
   }
 
   /** One round trip, bounded by serverTimeoutMs whatever the server does; a late grant is given back. */
-  private async tryGrant(key: string, ttlMs: number): Promise<LockGrant | null> {
+  private async tryGrant(key: string, { ttlMs, mode, limit }: ResolvedLockOptions): Promise<LockGrant | null> {
     let taken: Promise<LockGrant | null>;
     try {
-      taken = this.backend.tryAcquire({ key, owner: this.nextOwner(), ttlMs });
+      taken = this.backend.tryAcquire(mode === 'write' ? { key, owner: this.nextOwner(), ttlMs } : { key, owner: this.nextOwner(), ttlMs, mode, limit });
     } catch (error) {
       taken = Promise.reject(error);
     }
@@ -475,11 +539,19 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     this.backend.release(grant).catch(() => undefined);
   };
 
-  private reenter(key: string): LockHandle | undefined {
-    const held = lockContext.getStore()?.find(this, key);
+  /** A new handle on the chain's lease of `key`, if it holds one in a mode that covers `options.mode`. */
+  private reenter(key: string, name: string, options: ResolvedLockOptions): LockHandle | undefined {
+    const held = this.reenterable(key, name, options);
     if (!held) return undefined;
     held.lease.enter();
     return new LockHandle(held.lease, true);
+  }
+
+  /** The chain's handle of `key`; LockModeError when its mode does not cover the one asked for. */
+  private reenterable(key: string, name: string, options: ResolvedLockOptions): LockHandle | undefined {
+    const held = lockContext.getStore()?.find(this, key);
+    if (held && held.lease.mode !== options.mode) assertCovers(name, held.lease.mode, options.mode);
+    return held;
   }
 
   /** Wraps client errors once, at the boundary; the library's own errors pass through. */
@@ -488,8 +560,8 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
   }
 
   private track(grant: LockGrant, name: string, options: ResolvedLockOptions): LockLease {
-    const { ttlMs, renewIntervalMs, renew } = options;
-    const lease = new LockLease(this.backend, grant, name, ttlMs, renewIntervalMs, renew, this.options.serverTimeoutMs, this.forget);
+    const { ttlMs, renewIntervalMs, renew, mode } = options;
+    const lease = new LockLease(this.backend, grant, name, ttlMs, renewIntervalMs, renew, this.options.serverTimeoutMs, this.forget, mode);
     this.leases.add(lease);
     return lease;
   }
@@ -497,6 +569,14 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
   private nextOwner(): string {
     return this.ownerPrefix + (++this.ownerSeq).toString(36);
   }
+}
+
+/** A semaphore call's fields with `signal`, for acquireSemaphore. */
+const SEMAPHORE_ACQUIRE_FIELDS: readonly string[] = SEMAPHORE_RUN_FIELDS.filter((field) => field !== 'onTimeout' && field !== 'minHoldMs');
+
+/** The names of a call as messages and errors show them. */
+function namesOf(name: LockNames): string {
+  return typeof name === 'string' ? name : name.join(', ');
 }
 
 /** A thenable, which `await` would wait for; anything else is a result already. */

@@ -1,4 +1,4 @@
-import type { AcquireRequest, LockBackend, LockGrant } from './backends/lock-backend.interface';
+import type { AcquireRequest, EntryMode, LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { deadlines, type Deadline } from './deadlines';
 import { LockServerUnreachableError, LockTimeoutError } from './errors';
 import { listenToAbort, stopListeningToAbort, type AbortWatcher } from './shared-abort-listeners';
@@ -25,6 +25,8 @@ export class WaitRequest implements AcquireRequest, AbortWatcher {
     readonly ttlMs: number,
     /** `performance.now()` when the caller asked: the wait's clock counts from it. */
     readonly started: number,
+    readonly mode: EntryMode = 'write',
+    readonly limit?: number,
   ) {}
 
   /**

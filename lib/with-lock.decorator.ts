@@ -1,6 +1,7 @@
-import { compileLockKey, type LockKeyTemplate } from './lock-key';
-import { DEFAULT_LOCK_OPTIONS, MAX_TIMER_MS, resolveRunOptions, type RunOptions } from './lock-options';
-import { LockService } from './lock.service';
+import { compileLockKey, type LockKeyResolver, type LockKeyTemplate } from './lock-key';
+import { assertSemaphoreLimit, DEFAULT_LOCK_OPTIONS, MAX_TIMER_MS, resolveRunOptions, SEMAPHORE_DECORATOR_FIELDS, type RunOptions } from './lock-options';
+import { LockService, type LockNames } from './lock.service';
+import { LockKeyError } from './errors';
 
 /**
  * Runs the method holding the lock named by `template`, resolved from the call's arguments:
@@ -12,22 +13,36 @@ import { LockService } from './lock.service';
  * the original's reflect-metadata is copied onto the wrapper, so Nest decorators (@Get, @Cron,
  * @MessagePattern...) work above or below this one, on any provider, not only controllers.
  */
-export function WithLock(template: LockKeyTemplate, options?: RunOptions): MethodDecorator {
+export function WithLock(template: LockKeyTemplate | readonly LockKeyTemplate[], options?: RunOptions): MethodDecorator {
+  return lockedMethod('@WithLock', template, options);
+}
+
+/**
+ * Runs the method holding one permit of the semaphore named by `template` (resolved as
+ * @WithLock's): at most `limit` calls run at once across every process, first come first served.
+ */
+export function WithSemaphore(template: LockKeyTemplate, limit: number, options?: Omit<RunOptions, 'mode'>): MethodDecorator {
+  assertSemaphoreLimit(limit);
+  return lockedMethod('@WithSemaphore', template, options, limit);
+}
+
+/** The decorator of @WithLock and @WithSemaphore; `limit` for a semaphore. */
+function lockedMethod(decorator: string, template: LockKeyTemplate | readonly LockKeyTemplate[], options: RunOptions | undefined, limit?: number): MethodDecorator {
   return (target, propertyKey, descriptor: PropertyDescriptor) => {
     // A static method's target is the class itself; an instance method's, its prototype.
     const owner = typeof target === 'function' ? target : (target as object).constructor;
     const method = `${owner.name}.${String(propertyKey)}`;
     const original = descriptor.value;
     if (typeof original !== 'function') {
-      throw new TypeError(`@WithLock can only decorate methods; ${method} is not one.`);
+      throw new TypeError(`${decorator} can only decorate methods; ${method} is not one.`);
     }
-    const resolveName = compileLockKey(template, method);
+    const resolveName = compileNames(template, method);
     // A bad option fails here, when the class is defined. The module's ttl is not known yet,
     // so renewIntervalMs and minHoldMs are checked against the call's own ttlMs only (again at each call).
-    resolveRunOptions(options, { ...DEFAULT_LOCK_OPTIONS, ttlMs: MAX_TIMER_MS }, false);
+    resolveRunOptions(options, { ...DEFAULT_LOCK_OPTIONS, ttlMs: MAX_TIMER_MS }, false, limit === undefined ? undefined : SEMAPHORE_DECORATOR_FIELDS);
     const wrapped = new Proxy(original, {
       apply(fn, thisArg, args: unknown[]) {
-        let name: string;
+        let name: LockNames;
         let service: LockService;
         try {
           name = resolveName(args);
@@ -35,13 +50,21 @@ export function WithLock(template: LockKeyTemplate, options?: RunOptions): Metho
         } catch (error) {
           return Promise.reject(error);
         }
-        return service.runForDecorator(name, () => Reflect.apply(fn, thisArg, args), options, method);
+        return service.runForDecorator(name, () => Reflect.apply(fn, thisArg, args), options, method, limit);
       },
     });
     copyMetadata(original, wrapped);
     descriptor.value = wrapped;
     return descriptor;
   };
+}
+
+/** One template's resolver, or, for a list of templates, one that resolves each (several names at once). */
+function compileNames(template: LockKeyTemplate | readonly LockKeyTemplate[], method: string): (args: readonly unknown[]) => LockNames {
+  if (!Array.isArray(template)) return compileLockKey(template as LockKeyTemplate, method);
+  if (template.length === 0) throw new LockKeyError(`@WithLock on ${method}: the list of templates is empty; give at least one.`, '[]', method);
+  const resolvers: LockKeyResolver[] = template.map((each: LockKeyTemplate) => compileLockKey(each, method));
+  return (args) => resolvers.map((resolve) => resolve(args));
 }
 
 /** Metadata lives in a WeakMap keyed by the function object, so the Proxy needs its own copy. */

@@ -9,6 +9,8 @@ export interface BackendCapabilities {
   fencing?: boolean;
   /** A waiter is woken by the server (push) when the lock is freed, not by polling on a timer. */
   nativeWait?: boolean;
+  /** Read locks and semaphores (LockBackend.modes lists 'read' and 'permit'). */
+  modes?: boolean;
 }
 
 /** `false` for a capability the backend offers, else the reason node:test shows for the skip. */

@@ -9,6 +9,7 @@ import { abortedWithin, assertExclusive, eventually, sleep, type HoldInterval } 
 import { unless, type BackendCapabilities } from './capabilities';
 import { runDecoratorContract } from './decorator.contract';
 import { inspectCases } from './inspect.contract';
+import { primitiveCases } from './primitives.contract';
 
 /** A running server (or cluster) and a way to connect another client to it. */
 export interface ContractTarget {
@@ -358,6 +359,8 @@ export function runLockContract(options: ContractOptions): void {
     });
 
     inspectCases({ processBackend: () => target.processBackend, newBackend, client, newKey, leaseRoundingMs: options.leaseRoundingMs, fifo: options.fifo });
+
+    primitiveCases({ client, newBackend, newKey, modes: options.modes !== false, fencing });
 
     runDecoratorContract(() => target.newClient());
   });

@@ -4,7 +4,8 @@ import type { DistributedLockModuleOptions } from '../../lib';
 import type { Connection } from '../../sample-app/backends/sample-backend';
 
 export type HolderCommand =
-  | { type: 'acquire'; name: string; waitTimeoutMs?: number; renew?: boolean }
+  /** `mode`: a lock's; `limit`: a semaphore's permit instead of a lock. */
+  | { type: 'acquire'; name: string; waitTimeoutMs?: number; renew?: boolean; mode?: 'read' | 'write'; limit?: number }
   | { type: 'withLock'; name: string; holdMs: number; waitTimeoutMs?: number }
   | { type: 'write'; sku: string; record: { stock: number; lucky: number } }
   | { type: 'release' }
@@ -72,7 +73,7 @@ export class HolderProcess {
   }
 
   /** Acquires `name` in the child; resolves with its fencing token. */
-  async acquire(name: string, options: { waitTimeoutMs?: number; renew?: boolean } = {}): Promise<bigint> {
+  async acquire(name: string, options: { waitTimeoutMs?: number; renew?: boolean; mode?: 'read' | 'write'; limit?: number } = {}): Promise<bigint> {
     this.child.send({ type: 'acquire', name, ...options } satisfies HolderCommand);
     const event = await this.next('acquired', 30_000);
     return BigInt(event.fencingToken);

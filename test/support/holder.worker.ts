@@ -30,7 +30,10 @@ async function main(): Promise<void> {
     try {
       switch (command.type) {
         case 'acquire':
-          lock = await locks.acquire(command.name, { waitTimeoutMs: command.waitTimeoutMs, renew: command.renew });
+          lock =
+            command.limit === undefined
+              ? await locks.acquire(command.name, { waitTimeoutMs: command.waitTimeoutMs, renew: command.renew, mode: command.mode })
+              : await locks.acquireSemaphore(command.name, command.limit, { waitTimeoutMs: command.waitTimeoutMs, renew: command.renew });
           lock.signal.addEventListener('abort', () => send({ type: 'lost', message: String(lock!.signal.reason?.message) }));
           return send({ type: 'acquired', fencingToken: lock.fencingToken.toString(), grantedAt: now().toString() });
         case 'withLock':

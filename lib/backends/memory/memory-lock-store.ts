@@ -1,18 +1,23 @@
-import type { LockInspection } from '../lock-backend.interface';
+import { LockConfigError } from '../../errors';
+import type { EntryMode, LockHolder, LockInspection } from '../lock-backend.interface';
+import { mayGo } from '../entry-rule';
 
 /**
  * The "server" of the in-memory backend: lock state shared by every MemoryLockBackend client
- * created over it. Same semantics as the distributed backends: FIFO queue with direct handoff
- * (the next waiter owns the lock before it is woken), leases that expire, fencing tokens that
- * never go back.
+ * created over it. Same semantics as the distributed backends: each name is one FIFO queue of
+ * entries (write, read, permit) granted by the entry rule, the next entries own the lock before
+ * they are woken, leases expire, fencing tokens never go back.
  */
-export interface MemoryWaiter {
+export interface MemoryEntry {
   readonly owner: string;
+  readonly mode: EntryMode;
+  /** For a permit: the semaphore's limit. */
+  readonly limit: number;
   readonly ttlMs: number;
-  /** Set when the waiter gave up; skipped at handoff instead of searched for and spliced out. */
+  /** Set when the waiter gave up; skipped at the next grant instead of searched for and spliced out. */
   cancelled: boolean;
-  /** Called synchronously at handoff, when the waiter already owns the lock. */
-  readonly onGrant: (grant: MemoryGrant) => void;
+  /** Called synchronously when the entry is granted after waiting. */
+  readonly onGrant?: (grant: MemoryGrant) => void;
 }
 
 export interface MemoryGrant {
@@ -22,7 +27,7 @@ export interface MemoryGrant {
   readonly lost: AbortSignal;
 }
 
-interface Holder {
+interface Held {
   readonly grant: MemoryGrant;
   readonly lost: AbortController;
   expiry: NodeJS.Timeout;
@@ -31,11 +36,14 @@ interface Holder {
   expiresAt: number;
 }
 
+interface QueuedEntry {
+  readonly entry: MemoryEntry;
+  held?: Held;
+}
+
 interface KeyState {
-  holder: Holder;
-  readonly queue: MemoryWaiter[];
-  /** Index of the queue's head: shifting a long array per handoff would be O(waiters). */
-  head: number;
+  /** Holders first (granted entries always form a prefix: nobody overtakes a waiting entry), then waiters. */
+  readonly queue: QueuedEntry[];
 }
 
 export class MemoryLockStore {
@@ -47,94 +55,143 @@ export class MemoryLockStore {
    */
   private lastFence = 0n;
 
-  /** Grant at once if free; otherwise `null`, or enqueue `waiter` when given. */
-  take(key: string, owner: string, ttlMs: number, waiter?: MemoryWaiter): MemoryGrant | null {
-    const state = this.states.get(key);
+  /**
+   * Puts `entry` in the key's queue: its grant when it may go at once; otherwise `null`, and the
+   * entry stays queued only when it can wait (it has onGrant).
+   */
+  take(key: string, entry: MemoryEntry): MemoryGrant | null {
+    let state = this.states.get(key);
     if (!state) {
-      const holder = this.grant(key, owner, ttlMs);
-      this.states.set(key, { holder, queue: [], head: 0 });
-      return holder.grant;
+      state = { queue: [] };
+      this.states.set(key, state);
     }
-    if (waiter) state.queue.push(waiter);
+    if (entry.mode === 'permit') assertSameLimit(key, state, entry.limit);
+    if (this.mayGoNow(state, entry)) {
+      const queued: QueuedEntry = { entry };
+      queued.held = this.grant(key, queued);
+      state.queue.splice(this.heldCount(state), 0, queued);
+      return queued.held.grant;
+    }
+    if (entry.onGrant) state.queue.push({ entry });
+    else if (state.queue.length === 0) this.states.delete(key);
     return null;
   }
 
   renew(key: string, owner: string, ttlMs: number): boolean {
-    const holder = this.states.get(key)?.holder;
-    if (holder?.grant.owner !== owner) return false;
-    clearTimeout(holder.expiry);
-    holder.expiry = this.expireAfter(key, owner, ttlMs);
-    holder.expiresAt = performance.now() + ttlMs;
+    const held = this.find(key, owner)?.held;
+    if (!held) return false;
+    clearTimeout(held.expiry);
+    held.expiry = this.expireAfter(key, owner, ttlMs);
+    held.expiresAt = performance.now() + ttlMs;
     return true;
   }
 
-  /** Owner-checked: a release by anyone but the current holder changes nothing. */
+  /** Owner-checked: a release by anyone but a current holder changes nothing. */
   release(key: string, owner: string): boolean {
     const state = this.states.get(key);
-    if (state?.holder.grant.owner !== owner) return false;
-    clearTimeout(state.holder.expiry);
-    this.handOff(key, state);
+    const index = state ? state.queue.findIndex((queued) => queued.held?.grant.owner === owner) : -1;
+    if (!state || index === -1) return false;
+    clearTimeout(state.queue[index].held!.expiry);
+    state.queue.splice(index, 1);
+    this.grantNext(key, state);
     return true;
   }
 
   /** Owner-checked like release, and the holder's lost signal fires with `reason` (its client closed). */
   revoke(key: string, owner: string, reason: Error): void {
-    const state = this.states.get(key);
-    if (state?.holder.grant.owner !== owner) return;
-    state.holder.lost.abort(reason);
+    const held = this.find(key, owner)?.held;
+    if (!held) return;
+    held.lost.abort(reason);
     this.release(key, owner);
   }
 
-  /** The holder and the waiters that have not given up (every caller: this backend has no batches). */
+  /** The holders and the waiters that have not given up (every caller: this backend has no batches). */
   inspect(key: string): LockInspection {
     const state = this.states.get(key);
-    if (!state) return { held: false, waiting: 0 };
-    const { grant, grantedAt, expiresAt } = state.holder;
+    const first = state?.queue[0];
+    if (!state || !first?.held) return { held: false, waiting: state ? this.waiting(state) : 0 };
     const now = performance.now();
-    let waiting = 0;
-    for (let i = state.head; i < state.queue.length; i++) if (!state.queue[i].cancelled) waiting++;
-    return { held: true, holder: { owner: grant.owner, fencingToken: grant.fencingToken, heldForMs: now - grantedAt, expiresInMs: Math.max(0, expiresAt - now) }, waiting };
+    const holders: LockHolder[] = [];
+    for (const { held } of state.queue) {
+      if (!held) break;
+      holders.push({ owner: held.grant.owner, fencingToken: held.grant.fencingToken, heldForMs: now - held.grantedAt, expiresInMs: Math.max(0, held.expiresAt - now) });
+    }
+    const { mode, limit } = first.entry;
+    return { held: true, mode, ...(mode === 'permit' ? { limit } : {}), holder: holders[0], holders, waiting: this.waiting(state) };
   }
 
   /**
-   * Whoever holds `key` stops holding it and the next waiter is granted; the holder is not told
-   * (as with a server, it learns at its next renewal). False when the key was free.
+   * Every holder of `key` stops holding it and the next waiters are granted; the holders are not
+   * told (as with a server, they learn at their next renewal). False when the key was free.
    */
   forceRelease(key: string): boolean {
     const state = this.states.get(key);
-    if (!state) return false;
-    clearTimeout(state.holder.expiry);
-    this.handOff(key, state);
+    const count = state ? this.heldCount(state) : 0;
+    if (!state || count === 0) return false;
+    for (const { held } of state.queue.splice(0, count)) clearTimeout(held!.expiry);
+    this.grantNext(key, state);
     return true;
   }
 
-  /** Hands the lock to the next waiter that has not given up, or frees the key. */
-  private handOff(key: string, state: KeyState): void {
-    while (state.head < state.queue.length) {
-      const next = state.queue[state.head];
-      state.queue[state.head++] = undefined as unknown as MemoryWaiter;
-      if (next.cancelled) continue;
-      state.holder = this.grant(key, next.owner, next.ttlMs);
-      this.compact(state);
-      next.onGrant(state.holder.grant);
-      return;
+  /** Grants, in order, every waiting entry the rule lets go; frees the key when nothing is left. */
+  private grantNext(key: string, state: KeyState): void {
+    const { queue } = state;
+    let ahead = 0;
+    let writesAhead = 0;
+    for (let i = 0; i < queue.length; i++) {
+      const queued = queue[i];
+      if (!queued.held && queued.entry.cancelled) {
+        queue.splice(i--, 1);
+        continue;
+      }
+      if (!queued.held) {
+        if (!mayGo(queued.entry.mode, queued.entry.limit, ahead, writesAhead)) break;
+        queued.held = this.grant(key, queued);
+        queued.entry.onGrant!(queued.held.grant);
+      }
+      ahead++;
+      if (queued.entry.mode === 'write') writesAhead++;
     }
-    this.states.delete(key);
+    if (queue.length === 0) this.states.delete(key);
   }
 
-  private compact(state: KeyState): void {
-    if (state.head > 1024 && state.head * 2 > state.queue.length) {
-      state.queue.splice(0, state.head);
-      state.head = 0;
+  /** A new entry may go at once only when nobody waits (FIFO) and the rule lets it pass the holders. */
+  private mayGoNow(state: KeyState, entry: MemoryEntry): boolean {
+    let writesAhead = 0;
+    let ahead = 0;
+    for (const queued of state.queue) {
+      if (!queued.held) {
+        if (!queued.entry.cancelled) return false;
+        continue;
+      }
+      ahead++;
+      if (queued.entry.mode === 'write') writesAhead++;
     }
+    return mayGo(entry.mode, entry.limit, ahead, writesAhead);
   }
 
-  private grant(key: string, owner: string, ttlMs: number): Holder {
-    const fencingToken = ++this.lastFence;
+  private heldCount(state: KeyState): number {
+    let count = 0;
+    while (count < state.queue.length && state.queue[count].held) count++;
+    return count;
+  }
+
+  private waiting(state: KeyState): number {
+    let waiting = 0;
+    for (const queued of state.queue) if (!queued.held && !queued.entry.cancelled) waiting++;
+    return waiting;
+  }
+
+  private find(key: string, owner: string): QueuedEntry | undefined {
+    return this.states.get(key)?.queue.find((queued) => queued.held?.grant.owner === owner);
+  }
+
+  private grant(key: string, queued: QueuedEntry): Held {
+    const { owner, ttlMs } = queued.entry;
     const lost = new AbortController();
     const grantedAt = performance.now();
     return {
-      grant: { key, owner, fencingToken, lost: lost.signal },
+      grant: { key, owner, fencingToken: ++this.lastFence, lost: lost.signal },
       lost,
       expiry: this.expireAfter(key, owner, ttlMs),
       grantedAt,
@@ -144,12 +201,21 @@ export class MemoryLockStore {
 
   private expireAfter(key: string, owner: string, ttlMs: number): NodeJS.Timeout {
     const timer = setTimeout(() => {
-      const state = this.states.get(key);
-      if (state?.holder.grant.owner !== owner) return;
-      state.holder.lost.abort(new Error(`lease of "${key}" expired after ${ttlMs} ms`));
-      this.handOff(key, state);
+      const held = this.find(key, owner)?.held;
+      if (!held) return;
+      held.lost.abort(new Error(`lease of "${key}" expired after ${ttlMs} ms`));
+      this.release(key, owner);
     }, ttlMs);
     timer.unref();
     return timer;
+  }
+}
+
+/** A semaphore's limit is the same for every permit queued or held at once. */
+function assertSameLimit(key: string, state: KeyState, limit: number): void {
+  for (const { entry, held } of state.queue) {
+    if (entry.mode === 'permit' && (held || !entry.cancelled) && entry.limit !== limit) {
+      throw new LockConfigError('limit', `semaphore "${key}" is in use with limit ${entry.limit}; this call asked for limit ${limit}. Use one limit per name.`);
+    }
   }
 }

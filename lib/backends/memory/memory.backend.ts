@@ -1,7 +1,7 @@
-import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
+import type { AcquireRequest, EntryMode, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import { BackendLifecycle } from '../backend-lifecycle';
 import { PendingWait } from '../pending-wait';
-import { MemoryLockStore, type MemoryWaiter } from './memory-lock-store';
+import { MemoryLockStore, type MemoryEntry } from './memory-lock-store';
 
 /**
  * The embedded default: a real backend with the distributed backends' semantics inside one
@@ -10,20 +10,23 @@ import { MemoryLockStore, type MemoryWaiter } from './memory-lock-store';
 export class MemoryLockBackend implements LockBackend {
   readonly name = 'memory';
   readonly maxKeyBytes = 1024;
+  readonly modes: readonly EntryMode[] = ['write', 'read', 'permit'];
   private readonly lifecycle = new BackendLifecycle('memory');
-  private readonly waiting = new Set<{ waiter: MemoryWaiter; wait: PendingWait<LockGrant> }>();
+  private readonly waiting = new Set<{ waiter: MemoryEntry; wait: PendingWait<LockGrant> }>();
   private readonly held = new Map<string, LockGrant>();
 
   constructor(private readonly store = new MemoryLockStore()) {}
 
   async acquire(request: AcquireRequest): Promise<LockGrant> {
     this.lifecycle.assertOpen();
-    const { key, owner, ttlMs } = request;
+    const { key, owner, ttlMs, mode = 'write', limit = 1 } = request;
     const wait = new PendingWait<LockGrant>();
     const entry = {
       wait,
       waiter: {
         owner,
+        mode,
+        limit,
         ttlMs,
         cancelled: false,
         onGrant: (grant: LockGrant) => {
@@ -32,7 +35,7 @@ export class MemoryLockBackend implements LockBackend {
         },
       },
     };
-    const grant = this.store.take(key, owner, ttlMs, entry.waiter);
+    const grant = this.store.take(key, entry.waiter);
     if (grant) return this.track(grant);
     this.waiting.add(entry);
     wait.listen(request.signal, () => {
@@ -42,9 +45,9 @@ export class MemoryLockBackend implements LockBackend {
     return wait.promise;
   }
 
-  async tryAcquire({ key, owner, ttlMs }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+  async tryAcquire({ key, owner, ttlMs, mode = 'write', limit = 1 }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
     this.lifecycle.assertOpen();
-    const grant = this.store.take(key, owner, ttlMs);
+    const grant = this.store.take(key, { owner, mode, limit, ttlMs, cancelled: false });
     return grant && this.track(grant);
   }
 
