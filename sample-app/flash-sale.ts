@@ -18,6 +18,7 @@ import { parseSaleFlags, type SaleFlags } from './flash-sale/sale-flags';
 import type { WorkerMessage, WorkerTask } from './flash-sale/sale-protocol';
 import { printReport, type SaleReport } from './flash-sale/sale-report';
 import { checkWinners } from './flash-sale/winners-check';
+import { runScenarios, type ScenarioResult } from './scenarios/run-scenarios';
 
 async function main(): Promise<void> {
   const flags = parseSaleFlags(process.argv.slice(2));
@@ -36,7 +37,9 @@ async function main(): Promise<void> {
           : await runBuyerProcesses(flags, server.connection);
       const final = await driver.app.get(InventoryService).stockOf(flags.sku);
       const fencing: FencingDemo = await demonstrateFencing(driver.app.get(LockService), driver.store, flags.sku);
-      printReport(toReport(flags, results, final, makespanMs, fencing), flags.json);
+      const scenarios = await runScenarios(driver.app, flags.backend !== 'redlock');
+      printReport(toReport(flags, results, final, makespanMs, fencing, scenarios), flags.json);
+      if (scenarios.some((scenario) => !scenario.ok)) process.exitCode = 1;
     } finally {
       await driver.close();
     }
@@ -96,6 +99,7 @@ function toReport(
   final: StockView,
   makespanMs: number,
   fencing: FencingDemo,
+  scenarios: ScenarioResult[],
 ): SaleReport {
   return {
     backend: flags.backend,
@@ -113,6 +117,7 @@ function toReport(
     criticalSectionsPerSecond: (results.winners.length + results.losers) / (makespanMs / 1000),
     waitsMs: results.waitsMs,
     fencing,
+    scenarios,
   };
 }
 

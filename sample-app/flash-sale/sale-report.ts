@@ -1,5 +1,6 @@
 import type { FencingDemo } from './fencing-demo';
 import type { WinnersCheck } from './winners-check';
+import type { ScenarioResult } from '../scenarios/run-scenarios';
 
 export interface SaleReport {
   backend: string;
@@ -20,6 +21,8 @@ export interface SaleReport {
   criticalSectionsPerSecond: number;
   waitsMs: number[];
   fencing: FencingDemo;
+  /** The store's other scenarios, each with its invariant checked. */
+  scenarios: ScenarioResult[];
 }
 
 function percentile(values: number[], p: number): number {
@@ -67,6 +70,7 @@ export function printReport(report: SaleReport, json: boolean): void {
       `${report.processes} process${report.processes === 1 ? '' : 'es'}`,
   );
   for (const [label, value] of rows) console.log(`  ${label.padEnd(20)} ${value}`);
+  for (const scenario of report.scenarios) console.log(`  ${scenario.name.padEnd(20)} ${scenario.detail}: ${scenario.ok ? 'ok' : 'INVARIANT BROKEN'}`);
   if (!report.lock && report.oversold > 0) {
     console.log(`\nWithout the lock, buyers read the same stock at once and ${report.oversold} more were told they won than there were items.`);
   }

@@ -5,7 +5,7 @@ import { afterEach, describe, it } from 'node:test';
 import { Body, Controller, Get, Injectable, Module, Param, Post, RequestMethod, SetMetadata, type INestApplication } from '@nestjs/common';
 import { PATH_METADATA, METHOD_METADATA } from '@nestjs/common/constants';
 import { NestFactory } from '@nestjs/core';
-import { DistributedLockModule, LockKeyError, WithLock, currentLock, type LockBackend } from '../../lib';
+import { DistributedLockModule, LockKeyError, WithLock, WithSemaphore, currentLock, type LockBackend } from '../../lib';
 import { countingBackend, type BackendCalls } from '../support/counting-backend';
 import { assertExclusive, type HoldInterval } from '../support/timing';
 
@@ -61,8 +61,35 @@ class StockController {
   }
 }
 
+/** The other primitives through their decorators: two names, read mode, a semaphore. */
+@Injectable()
+class AccountService {
+  readonly payments: HoldInterval[] = [];
+  inside = 0;
+  most = 0;
+
+  @WithLock(['account:<0>', 'account:<1>'])
+  async transfer(from: string, to: string): Promise<string[]> {
+    return [...currentLock()!.fencingTokens.keys()];
+  }
+
+  @WithLock('ledger:<0>', { mode: 'read' })
+  async balance(_account: string): Promise<boolean> {
+    return currentLock()!.reentrant;
+  }
+
+  @WithSemaphore('payments', 2)
+  async pay(i: number): Promise<void> {
+    this.most = Math.max(this.most, ++this.inside);
+    const start = process.hrtime.bigint();
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    this.payments.push({ start, end: process.hrtime.bigint(), fencingToken: currentLock()!.fencingToken, holder: `pay ${i}` });
+    this.inside--;
+  }
+}
+
 /** @WithLock inside a Nest application: decorator order, metadata, key errors, exclusion. */
-export function runDecoratorContract(newClient: () => Promise<LockBackend>): void {
+export function runDecoratorContract(newClient: () => Promise<LockBackend>, modes = true): void {
   describe('@WithLock in a Nest application', () => {
     let app: INestApplication | undefined;
     let calls: BackendCalls;
@@ -78,13 +105,30 @@ export function runDecoratorContract(newClient: () => Promise<LockBackend>): voi
       @Module({
         imports: [DistributedLockModule.forRoot({ backend: { type: 'custom', backend: counted.backend } })],
         controllers: [StockController],
-        providers: [OrderService],
+        providers: [OrderService, AccountService],
       })
       class TestAppModule {}
       app = await NestFactory.create(TestAppModule, { logger: false });
       await app.listen(0, '127.0.0.1');
       return { url: (await app.getUrl()).replace('[::1]', '127.0.0.1'), orders: app.get(OrderService) };
     }
+
+    it('takes every name of a list of templates, in one canonical order', async () => {
+      await start();
+      const accounts = app!.get(AccountService);
+      const names = await Promise.all([accounts.transfer('a', 'b'), accounts.transfer('b', 'a'), accounts.transfer('a', 'a')]);
+      assert.deepEqual(names, [['lock:account:a', 'lock:account:b'].map((key) => key.slice(5)), ['account:a', 'account:b'], ['account:a']]);
+      await assert.rejects(accounts.transfer('a', undefined as never), LockKeyError);
+    });
+
+    it('runs @WithLock in read mode and @WithSemaphore within its limit', { skip: modes ? false : 'the backend grants only the exclusive lock' }, async () => {
+      await start();
+      const accounts = app!.get(AccountService);
+      assert.equal(await accounts.balance('x'), false);
+      await Promise.all(Array.from({ length: 8 }, (_, i) => accounts.pay(i)));
+      assert.equal(accounts.payments.length, 8);
+      assert.equal(accounts.most, 2, `${accounts.most} payments at once under a semaphore of 2`);
+    });
 
     it('keeps route and job metadata and the method name in either decorator order, and locks the routes', async () => {
       const { url } = await start();

@@ -362,6 +362,6 @@ export function runLockContract(options: ContractOptions): void {
 
     primitiveCases({ client, newBackend, newKey, modes: options.modes !== false, fencing });
 
-    runDecoratorContract(() => target.newClient());
+    runDecoratorContract(() => target.newClient(), options.modes !== false);
   });
 }

@@ -11,6 +11,8 @@ import { runFailureContract } from './failure.contract';
 runFailureContract({
   name: 'redlock (3 masters)',
   fifo: false,
+  // Read locks and semaphores are not built on Redlock's votes (docs/redlock.md): it refuses them.
+  modes: false,
   async start() {
     const masters = await RedisMasters.start(3);
     const proxies = await Promise.all(masters.masters.map((master) => TcpProxy.start(master.port)));

@@ -80,7 +80,10 @@ export class HolderProcess {
   }
 
   /** As acquire(), with the whole event: its token and when the grant reached the child. */
-  async acquireTimed(name: string, options: { waitTimeoutMs?: number; renew?: boolean } = {}): Promise<{ fencingToken: bigint; grantedAt: bigint }> {
+  async acquireTimed(
+    name: string,
+    options: { waitTimeoutMs?: number; renew?: boolean; mode?: 'read' | 'write'; limit?: number } = {},
+  ): Promise<{ fencingToken: bigint; grantedAt: bigint }> {
     const from = this.events.length;
     this.child.send({ type: 'acquire', name, ...options } satisfies HolderCommand);
     const event = await this.next('acquired', 30_000, from);
