@@ -1,18 +1,15 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
-import { randomBytes } from 'node:crypto';
 import { LOCK_BACKEND } from './backends/lock-backend.token';
 import type { LockBackend, LockGrant, LockInspection } from './backends/lock-backend.interface';
-import { deadlines, type Deadline } from './deadlines';
-import { lockChannels, tracingAcquire, type AcquiredMessage, type AcquireMessage, type TimedOutMessage } from './diagnostics/lock-channels';
-import { DistributedLockError, LockBackendError, LockConfigError, LockTimeoutError } from './errors';
-import { withinServerTimeout } from './server-timeout';
+import { MinHolds } from './min-holds';
+import { assertOperatorCall, operatorCall } from './operator-calls';
+import { lockChannels, type TimedOutMessage } from './diagnostics/lock-channels';
+import { DistributedLockError, LockTimeoutError } from './errors';
 import { lockContext, LockScope } from './lock-context';
 import { LockInstrumentation } from './instrumentation/lock-instrumentation';
 import { LockHandle } from './lock-handle';
-import { assertLockName, toBackendKey } from './lock-key';
-import { LockLease } from './lock-lease';
-import { canonicalNames, takeMany } from './lock-many';
-import { assertBackendGrants, assertCovers } from './lock-mode';
+import { assertLockName } from './lock-key';
+import { LockAcquirer, type LockNames } from './lock-acquirer';
 import { WaitRequest } from './wait-request';
 import {
   asPermit,
@@ -32,8 +29,7 @@ import {
   type WithLockOptions,
 } from './lock-options';
 
-/** One lock name, or several taken together (all or nothing, in one canonical order). */
-export type LockNames = string | readonly string[];
+export type { LockNames };
 import { RESOLVED_LOCK_OPTIONS } from './lock-options.token';
 
 const logger = new Logger('DistributedLock');
@@ -53,23 +49,16 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
    */
   private static readonly running: LockService[] = [];
   private booted = false;
-  /** 96 random bits: unique across processes, and short, since every lock request carries it. */
-  private readonly ownerPrefix = `${randomBytes(12).toString('base64url')}:`;
-  private ownerSeq = 0;
-  private readonly leases = new Set<LockLease>();
-  private readonly forget = (lease: LockLease) => void this.leases.delete(lease);
-  /** The acquisitions still waiting: shutdown stops them first. */
-  private readonly waits = new Set<WaitRequest>();
-  private shuttingDown = false;
-  /** Locks whose code finished before their `minHoldMs`: released by a timer, or at shutdown. */
-  private readonly minHolds = new Map<LockHandle, Deadline>();
+  private readonly minHolds = new MinHolds();
   private readonly instrumentation: LockInstrumentation;
+  private readonly acquirer: LockAcquirer;
 
   constructor(
     @Inject(LOCK_BACKEND) private readonly backend: LockBackend,
     @Inject(RESOLVED_LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
   ) {
     this.instrumentation = new LockInstrumentation(options);
+    this.acquirer = new LockAcquirer(backend, options, this);
   }
 
   /**
@@ -151,7 +140,7 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.take(name, resolved, undefined, 'LockService.tryAcquire', false).then((handle) => {
+    return this.acquirer.take(name, resolved, undefined, 'LockService.tryAcquire', false).then((handle) => {
       if (!handle && lockChannels.timedOut.hasSubscribers) lockChannels.timedOut.publish({ name: namesOf(name), backend: this.backend.name, waitedMs: 0 } satisfies TimedOutMessage);
       return handle;
     });
@@ -210,18 +199,18 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     const skip = options.onTimeout === 'skip';
     let handle: LockHandle | null;
     try {
-      const taken = this.begin(name, options, signal, method, options.waitTimeoutMs !== 0);
+      const taken = this.acquirer.begin(name, options, signal, method, options.waitTimeoutMs !== 0);
       if (taken instanceof WaitRequest) {
         // Awaited here, not through waited(): a promise layer less on every lock's path.
         let grant: LockGrant;
         try {
           grant = await taken.granted;
         } catch (error) {
-          throw this.waitFailed(taken, error);
+          throw this.acquirer.waitFailed(taken, error);
         } finally {
-          this.waitEnded(taken);
+          this.acquirer.waitEnded(taken);
         }
-        const held = this.holding(grant, name as string, options, taken.started);
+        const held = this.acquirer.holding(grant, name as string, options, taken.started);
         handle = held instanceof LockHandle ? held : await held;
       } else {
         handle = await taken;
@@ -241,35 +230,18 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
       // A plain value needs no await: the release starts at once.
       result = isPromiseLike(returned) ? await returned : returned;
     } catch (error) {
-      await this.releaseAfterMinHold(handle, options.minHoldMs);
+      await this.minHolds.releaseAfter(handle, options.minHoldMs);
       throw error;
     }
     const lost = handle.lost;
-    await this.releaseAfterMinHold(handle, options.minHoldMs);
+    await this.minHolds.releaseAfter(handle, options.minHoldMs);
     if (lost && options.onLockLost === 'throw') throw lost;
     return result;
   }
 
-  /**
-   * Releases now, or, when the lock was taken less than `minHoldMs` ago, later in the background
-   * (the caller is not kept waiting). A re-entrant handle's lock is its outer holder's to keep.
-   */
-  private releaseAfterMinHold(handle: LockHandle, minHoldMs: number): Promise<void> {
-    if (minHoldMs === 0 || handle.reentrant) return handle.release();
-    const leftMs = minHoldMs - handle.heldMs;
-    if (leftMs <= 0 || !handle.isActive) return handle.release();
-    // Not kept alive: a process that exits meanwhile leaves the lock to its lease, which covers minHoldMs.
-    const timer = deadlines.add(performance.now() + leftMs, () => {
-      this.minHolds.delete(handle);
-      void handle.release();
-    });
-    this.minHolds.set(handle, timer);
-    return Promise.resolve();
-  }
-
   /** The handle of `name` if the calling async chain holds it, else undefined. */
   current(name: string): LockHandle | undefined {
-    return lockContext.getStore()?.find(this, this.backendKey(name));
+    return lockContext.getStore()?.find(this, this.acquirer.backendKey(name));
   }
 
   /**
@@ -279,7 +251,7 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
    */
   async inspect(name: string): Promise<LockInspectionResult> {
     const key = this.operatorKey(name, 'inspect');
-    const inspection = await this.operatorCall(`inspect "${name}"`, () => this.backend.inspect!(key));
+    const inspection = await operatorCall(this.backend, `inspect "${name}"`, () => this.backend.inspect!(key), this.options.serverTimeoutMs);
     return { name, ...inspection };
   }
 
@@ -292,7 +264,7 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
    */
   async forceRelease(name: string): Promise<boolean> {
     const key = this.operatorKey(name, 'forceRelease');
-    const removed = await this.operatorCall(`force the release of "${name}"`, () => this.backend.forceRelease!(key));
+    const removed = await operatorCall(this.backend, `force the release of "${name}"`, () => this.backend.forceRelease!(key), this.options.serverTimeoutMs);
     if (removed) logger.warn(`forceRelease("${name}") removed the holder's lease (${this.backend.name} backend); the holder learns at its next renewal.`);
     return removed;
   }
@@ -300,28 +272,8 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
   /** The key of `name` for an operator's call; a bad name, or a backend without the call, fails before any I/O. */
   private operatorKey(name: string, method: 'inspect' | 'forceRelease'): string {
     assertLockName(name, `LockService.${method}`);
-    if (typeof this.backend[method] !== 'function') {
-      throw new LockConfigError(
-        'backend',
-        `the ${this.backend.name} backend has no ${method}(), which LockService.${method} needs: a custom backend implements LockBackend.${method} for it (every built-in backend has it).`,
-      );
-    }
-    return this.backendKey(name);
-  }
-
-  /** One operator's call at the server, bounded by serverTimeoutMs like a renewal or a release. */
-  private async operatorCall<T>(operation: string, call: () => Promise<T>): Promise<T> {
-    let answer: Promise<T>;
-    try {
-      answer = call();
-    } catch (error) {
-      answer = Promise.reject(error);
-    }
-    try {
-      return await withinServerTimeout(answer, this.backend, operation, this.options.serverTimeoutMs);
-    } catch (error) {
-      throw this.wrap(operation, error);
-    }
+    assertOperatorCall(this.backend, method);
+    return this.acquirer.backendKey(name);
   }
 
   /**
@@ -331,24 +283,12 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
    * wait for a lease to run out. A `custom` backend is the caller's to close; the others close here.
    */
   async onApplicationShutdown(): Promise<void> {
-    this.shuttingDown = true;
-    // Waits first: a waiter woken by one of the releases below would get a lock about to go.
     const abandoned = new DistributedLockError('The application is shutting down: the wait for the lock was abandoned.');
-    for (const request of [...this.waits]) request.stop(abandoned);
     // Their code is done: a shutting-down process gives up the minimum hold rather than wait for it.
-    for (const [handle, timer] of this.minHolds) {
-      deadlines.cancel(timer);
-      void handle.release();
-    }
-    this.minHolds.clear();
-    await Promise.all([...this.leases].map((lease) => lease.drain()));
+    await this.acquirer.shutDown(abandoned, () => this.minHolds.releaseAll());
     LockService.unregister(this);
     if (this.options.backend.type !== 'custom') await this.backend.close();
     this.instrumentation.stop();
-  }
-
-  private backendKey(name: string): string {
-    return toBackendKey(this.options.keyPrefix, name, this.backend.maxKeyBytes);
   }
 
   /**
@@ -357,7 +297,7 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
    */
   private acquireWith(name: LockNames, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, skip: boolean): Promise<LockHandle> {
     // One reaction, not an async layer: withLock takes every lock through here.
-    return this.take(name, options, signal, method, options.waitTimeoutMs !== 0).then(
+    return this.acquirer.take(name, options, signal, method, options.waitTimeoutMs !== 0).then(
       (handle) => handle ?? this.timedOut(name, new LockTimeoutError(namesOf(name), 0), skip),
       (error: unknown) => this.timedOut(name, error, skip),
     );
@@ -381,193 +321,6 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     if (!(error instanceof LockTimeoutError)) return;
     const published = skip ? lockChannels.skipped : lockChannels.timedOut;
     if (published.hasSubscribers) published.publish({ name: namesOf(name), backend: this.backend.name, waitedMs: error.waitedMs } satisfies TimedOutMessage);
-  }
-
-  /**
-   * The one path to a lock, for acquire, withLock and tryAcquire: re-entered if the chain holds
-   * it, else from the backend, waiting in its queue when `wait`, or taken only if free (null if not).
-   */
-  private take(name: LockNames, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, wait: boolean): Promise<LockHandle | null> {
-    const taken = this.begin(name, options, signal, method, wait);
-    return taken instanceof WaitRequest ? this.waited(taken, name as string, options) : taken;
-  }
-
-  /** Several names (see takeMany); one name of an array is that name's lock. */
-  private takeMany(names: readonly string[], options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, wait: boolean): Promise<LockHandle | null> {
-    try {
-      const ordered = canonicalNames(names, method, (name) => this.backendKey(name));
-      if (ordered.length === 1) return this.take(ordered[0].name, options, signal, method, wait);
-      assertBackendGrants(this.backend, options.mode);
-      for (const { name, key } of ordered) this.reenterable(key, name, options);
-      return takeMany(ordered, options, wait, (name, each, waitEach) => this.take(name, each, signal, method, waitEach));
-    } catch (error) {
-      return Promise.reject(error);
-    }
-  }
-
-  /**
-   * take() up to the backend's answer: the handle's promise (re-entered, a try, a traced
-   * acquisition, bad input), or, for a plain wait, the request on its way, for the caller to await.
-   */
-  private begin(name: LockNames, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, wait: boolean): Promise<LockHandle | null> | WaitRequest {
-    if (typeof name !== 'string' && Array.isArray(name)) return this.takeMany(name, options, signal, method, wait);
-    try {
-      assertLockName(name, method);
-      const key = this.backendKey(name);
-      const reentered = this.reenter(key, name, options);
-      if (reentered) return Promise.resolve(reentered);
-      if (options.mode !== 'write') assertBackendGrants(this.backend, options.mode);
-      signal?.throwIfAborted();
-      this.assertRunning();
-      if (tracingAcquire()) {
-        const message: AcquireMessage = { name, backend: this.backend.name, wait };
-        return lockChannels.acquire.tracePromise(() => this.fromBackend(key, name, options, signal, wait, message), message);
-      }
-      return wait ? this.startWait(key, name, options, signal) : this.fromBackend(key, name, options, signal, false);
-    } catch (error) {
-      // Not async (a promise layer less per cycle): bad input still rejects, never throws.
-      return Promise.reject(error);
-    }
-  }
-
-  /** A new grant from the backend (not re-entered); `message`: the tracing message to complete. */
-  private async fromBackend(
-    key: string,
-    name: string,
-    options: ResolvedLockOptions,
-    signal: AbortSignal | undefined,
-    wait: boolean,
-    message?: AcquireMessage,
-  ): Promise<LockHandle | null> {
-    if (wait) return this.waited(this.startWait(key, name, options, signal), name, options, message);
-    const started = performance.now();
-    let taken: LockGrant | null;
-    try {
-      taken = await this.tryGrant(key, options);
-    } finally {
-      if (message) message.waitedMs = performance.now() - started;
-    }
-    return taken && this.holding(taken, name, options, started, message);
-  }
-
-  /** The request goes to the backend; its wait's clock starts while it is on its way. */
-  private startWait(key: string, name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined): WaitRequest {
-    const request = new WaitRequest(key, this.nextOwner(), options.ttlMs, performance.now(), options.mode, options.limit);
-    let granted: Promise<LockGrant>;
-    try {
-      granted = this.backend.acquire(request);
-    } catch (error) {
-      granted = Promise.reject(error);
-    }
-    // Set up while the request is on its way to the server: nothing here is needed before it answers.
-    request.startClock(name, options.waitTimeoutMs, signal, this.backend);
-    request.granted = this.backend.settlesStoppedWaits ? granted : request.bound(granted, this.releaseLate);
-    this.waits.add(request);
-    return request;
-  }
-
-  /** The handle of the grant `request` waits for. */
-  private async waited(request: WaitRequest, name: string, options: ResolvedLockOptions, message?: AcquireMessage): Promise<LockHandle> {
-    let grant: LockGrant;
-    try {
-      grant = await request.granted;
-    } catch (error) {
-      throw this.waitFailed(request, error);
-    } finally {
-      this.waitEnded(request, message);
-    }
-    return this.holding(grant, name, options, request.started, message);
-  }
-
-  /** A timeout or the caller's abort reaches us as the signal's own reason: passed through; else wrapped. */
-  private waitFailed(request: WaitRequest, error: unknown): unknown {
-    return request.stoppedWith(error) ? error : this.wrap('acquire', error);
-  }
-
-  private waitEnded(request: WaitRequest, message?: AcquireMessage): void {
-    request.stopClock();
-    this.waits.delete(request);
-    if (message) message.waitedMs = performance.now() - request.started;
-  }
-
-  /**
-   * The handle of a new `grant`, asked for at `started`; at shutdown the grant goes straight back
-   * (a rejected promise, then).
-   */
-  private holding(grant: LockGrant, name: string, options: ResolvedLockOptions, started: number, message?: AcquireMessage): LockHandle | Promise<never> {
-    if (this.shuttingDown) return this.givenBack(grant);
-    const handle = new LockHandle(this.track(grant, name, options), false);
-    if (message) message.fencingToken = grant.fencingToken;
-    if (lockChannels.acquired.hasSubscribers) {
-      const acquired: AcquiredMessage = { name, backend: this.backend.name, fencingToken: grant.fencingToken, waitedMs: performance.now() - started };
-      lockChannels.acquired.publish(acquired);
-    }
-    return handle;
-  }
-
-  /** A grant that came during shutdown: released, and the caller told no lock is taken now. */
-  private async givenBack(grant: LockGrant): Promise<never> {
-    await this.backend.release(grant).catch(() => undefined);
-    throw this.shutdownError();
-  }
-
-  private assertRunning(): void {
-    if (this.shuttingDown) throw this.shutdownError();
-  }
-
-  private shutdownError(): DistributedLockError {
-    return new DistributedLockError('The application is shutting down: no new locks are taken.');
-  }
-
-  /** One round trip, bounded by serverTimeoutMs whatever the server does; a late grant is given back. */
-  private async tryGrant(key: string, { ttlMs, mode, limit }: ResolvedLockOptions): Promise<LockGrant | null> {
-    let taken: Promise<LockGrant | null>;
-    try {
-      taken = this.backend.tryAcquire(mode === 'write' ? { key, owner: this.nextOwner(), ttlMs } : { key, owner: this.nextOwner(), ttlMs, mode, limit });
-    } catch (error) {
-      taken = Promise.reject(error);
-    }
-    try {
-      return await withinServerTimeout(taken, this.backend, 'try to acquire', this.options.serverTimeoutMs, (grant) => grant && this.releaseLate(grant));
-    } catch (error) {
-      throw this.wrap('try to acquire', error);
-    }
-  }
-
-  /** A grant that arrived after its caller stopped waiting goes straight back. */
-  private readonly releaseLate = (grant: LockGrant): void => {
-    this.backend.release(grant).catch(() => undefined);
-  };
-
-  /** A new handle on the chain's lease of `key`, if it holds one in a mode that covers `options.mode`. */
-  private reenter(key: string, name: string, options: ResolvedLockOptions): LockHandle | undefined {
-    const held = this.reenterable(key, name, options);
-    if (!held) return undefined;
-    held.lease.enter();
-    return new LockHandle(held.lease, true);
-  }
-
-  /** The chain's handle of `key`; LockModeError when its mode does not cover the one asked for. */
-  private reenterable(key: string, name: string, options: ResolvedLockOptions): LockHandle | undefined {
-    const held = lockContext.getStore()?.find(this, key);
-    if (held && held.lease.mode !== options.mode) assertCovers(name, held.lease.mode, options.mode);
-    return held;
-  }
-
-  /** Wraps client errors once, at the boundary; the library's own errors pass through. */
-  private wrap(operation: string, error: unknown): Error {
-    return error instanceof DistributedLockError ? error : new LockBackendError(this.backend.name, operation, error, this.backend.address);
-  }
-
-  private track(grant: LockGrant, name: string, options: ResolvedLockOptions): LockLease {
-    const { ttlMs, renewIntervalMs, renew, mode } = options;
-    const lease = new LockLease(this.backend, grant, name, ttlMs, renewIntervalMs, renew, this.options.serverTimeoutMs, this.forget, mode);
-    this.leases.add(lease);
-    return lease;
-  }
-
-  private nextOwner(): string {
-    return this.ownerPrefix + (++this.ownerSeq).toString(36);
   }
 }
 
