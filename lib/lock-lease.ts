@@ -1,4 +1,5 @@
 import { Logger } from '@nestjs/common';
+import type { BuiltInBackend } from './backends/built-in-backend';
 import type { EntryMode, LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { deadlines, type Deadline } from './deadlines';
 import { lockChannels, type LostMessage, type ReleasedMessage } from './diagnostics/lock-channels';
@@ -294,7 +295,7 @@ export class LockLease implements AbortWatcher {
     const waitMs = Math.min(validForMs ?? 0, this.serverTimeoutMs);
     if (!(waitMs > 0)) return RESOLVED;
     // The backend answers within serverTimeoutMs, and the lease lasts longer: no timer of ours.
-    if (waitMs === this.serverTimeoutMs && this.backend.boundedRelease) return answered;
+    if (waitMs === this.serverTimeoutMs && (this.backend as BuiltInBackend).boundedRelease) return answered;
     // Kept alive: the caller waits for the server, until the answer or waitMs, whichever is first.
     return new Promise<void>((resolve) => (callerWait = { resolve, timer: deadlines.add(performance.now() + waitMs, resolve, true) }));
   }

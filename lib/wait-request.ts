@@ -1,4 +1,5 @@
-import type { AcquireRequest, EntryMode, LockBackend, LockGrant } from './backends/lock-backend.interface';
+import type { StoppableRequest } from './backends/built-in-backend';
+import type { EntryMode, LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { deadlines, type Deadline } from './deadlines';
 import { LockServerUnreachableError, LockTimeoutError } from './errors';
 import { listenToAbort, stopListeningToAbort, type AbortWatcher } from './shared-abort-listeners';
@@ -8,7 +9,7 @@ import { listenToAbort, stopListeningToAbort, type AbortWatcher } from './shared
  * (most grants come at once, before any backend needs it) or when the wait must end: an
  * AbortSignal costs microseconds to make.
  */
-export class WaitRequest implements AcquireRequest, AbortWatcher {
+export class WaitRequest implements StoppableRequest, AbortWatcher {
   private controller?: AbortController;
   private timer?: Deadline;
   private callerSignal?: AbortSignal;
@@ -71,7 +72,7 @@ export class WaitRequest implements AcquireRequest, AbortWatcher {
     return (this.controller ??= new AbortController()).signal;
   }
 
-  /** AcquireRequest.onStop: one watcher (the backend's wait for this request). */
+  /** StoppableRequest.onStop: one watcher (the backend's wait for this request). */
   onStop(watcher: AbortWatcher): void {
     if (this.stopped) watcher.aborted(this.stopped.reason);
     else this.stopWatcher = watcher;

@@ -1,4 +1,3 @@
-import type { AbortWatcher } from '../shared-abort-listeners';
 /**
  * The contract every backend implements. A backend waits natively (a FIFO queue with push
  * wake-up) and reports; it never polls on behalf of the service layer. Everything that is the
@@ -68,20 +67,6 @@ export interface LockBackend {
    */
   acquire(request: AcquireRequest): Promise<LockGrant>;
 
-  /**
-   * True when acquire's promise settles the moment the request is stopped (through
-   * `request.onStop`, or its signal), whatever the server does: LockService then awaits it as it
-   * is, rather than racing it against the stop (a promise layer less per lock).
-   */
-  readonly settlesStoppedWaits?: boolean;
-
-  /**
-   * True when release's promise settles within the module's serverTimeoutMs whatever the server
-   * does (the backend bounds each request): a caller then awaits it as it is, with no timer of
-   * LockService's own, unless the lease ends sooner.
-   */
-  readonly boundedRelease?: boolean;
-
   /** Take the lock only if it is free right now; never queue. */
   tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null>;
 
@@ -136,11 +121,6 @@ export interface AcquireRequest {
    * wait (an abort before then is seen at that first look).
    */
   readonly signal: AbortSignal;
-  /**
-   * Tells `watcher` once, with the reason, when the caller stops waiting: what `signal` says,
-   * without making an AbortSignal (which costs microseconds). LockService's requests have it.
-   */
-  onStop?(watcher: AbortWatcher): void;
 }
 
 /** One granted lease, as the backend sees it. */

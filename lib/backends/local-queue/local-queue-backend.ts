@@ -1,4 +1,5 @@
 import { BackendLifecycle } from '../backend-lifecycle';
+import { isStoppable } from '../built-in-backend';
 import type { AcquireRequest, LockGrant } from '../lock-backend.interface';
 import type { Batch } from './batch';
 import { LocalQueues, type BatchEntries } from './local-queues';
@@ -76,7 +77,7 @@ export abstract class LocalQueueBackend<B extends Batch, H extends ServedGrant<B
     try {
       this.lifecycle.assertOpen();
       // A request with onStop is told of a stop that came first at once (LocalQueues watches it).
-      if (!this.signalOnlyWhenWaiting && !request.onStop) request.signal.throwIfAborted();
+      if (!this.signalOnlyWhenWaiting && !isStoppable(request)) request.signal.throwIfAborted();
     } catch (error) {
       return Promise.reject(error);
     }

@@ -1,4 +1,5 @@
 import type { AcquireRequest, LockGrant } from '../lock-backend.interface';
+import { isStoppable } from '../built-in-backend';
 import { PendingWait } from '../pending-wait';
 import type { Batch } from './batch';
 
@@ -106,9 +107,9 @@ export class LocalQueues<B extends Batch> {
       this.pump(queue);
     }
     const abandoned = (reason: unknown) => this.left(queue, joined, reason);
-    if (request.onStop) {
+    if (isStoppable(request)) {
       // Told without an AbortSignal: from the start, even while the entry is on its way.
-      wait.watch(request as Required<AcquireRequest>, abandoned);
+      wait.watch(request, abandoned);
     } else {
       const listen = () => void wait.listen(request.signal, abandoned);
       // Nobody of this process queues for the name: likely granted at once, with no signal needed.
