@@ -1,5 +1,6 @@
 export { DistributedLockModule } from './distributed-lock.module';
-export { LockService, type LockInspectionResult, type LockNames } from './lock.service';
+export { LockService, type LockNames } from './lock.service';
+export type { LockHolderJson, LockInspectionJson, LockInspectionResult } from './lock-inspection';
 export { LockHandle } from './lock-handle';
 export { WithLock, WithSemaphore } from './with-lock.decorator';
 export { currentLock } from './lock-context';

@@ -88,7 +88,7 @@ export class LockAcquirer {
       signal?.throwIfAborted();
       this.assertRunning();
       if (tracingAcquire()) {
-        const message: AcquireMessage = { name, backend: this.backend.name, wait };
+        const message: AcquireMessage = { name, backend: this.backend.name, mode: options.mode, wait };
         return lockChannels.acquire.tracePromise(() => this.fromBackend(key, name, options, signal, wait, message), message);
       }
       return wait ? this.startWait(key, name, options, signal) : this.fromBackend(key, name, options, signal, false);
@@ -167,7 +167,7 @@ export class LockAcquirer {
     const handle = new LockHandle(this.track(grant, name, options), false);
     if (message) message.fencingToken = grant.fencingToken;
     if (lockChannels.acquired.hasSubscribers) {
-      const acquired: AcquiredMessage = { name, backend: this.backend.name, fencingToken: grant.fencingToken, waitedMs: performance.now() - started };
+      const acquired: AcquiredMessage = { name, backend: this.backend.name, mode: options.mode, fencingToken: grant.fencingToken, waitedMs: performance.now() - started };
       lockChannels.acquired.publish(acquired);
     }
     return handle;

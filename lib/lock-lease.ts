@@ -169,7 +169,7 @@ export class LockLease implements AbortWatcher {
     this.lostError = new LockLostError(this.name, this.grant.fencingToken, reason, { cause });
     if (lockChannels.lost.hasSubscribers) {
       const { name, grant } = this;
-      lockChannels.lost.publish({ name, backend: this.backend.name, fencingToken: grant.fencingToken, reason, heldMs: performance.now() - this.grantedAt } satisfies LostMessage);
+      lockChannels.lost.publish({ name, backend: this.backend.name, mode: this.mode, fencingToken: grant.fencingToken, reason, heldMs: performance.now() - this.grantedAt } satisfies LostMessage);
     }
     this.lostController.abort(this.lostError);
     // Drained at shutdown: release now, once, and let shutdown go on when that is done.
@@ -276,7 +276,7 @@ export class LockLease implements AbortWatcher {
     if (lockChannels.released.hasSubscribers) {
       const { name, grant } = this;
       const heldMs = performance.now() - this.grantedAt;
-      lockChannels.released.publish({ name, backend: this.backend.name, fencingToken: grant.fencingToken, heldMs, wasLost: this.lostError !== undefined } satisfies ReleasedMessage);
+      lockChannels.released.publish({ name, backend: this.backend.name, mode: this.mode, fencingToken: grant.fencingToken, heldMs, wasLost: this.lostError !== undefined } satisfies ReleasedMessage);
     }
     let callerWait: { resolve: () => void; timer: Deadline } | undefined;
     const settled = (): void => {

@@ -1,7 +1,9 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { LOCK_BACKEND } from './backends/lock-backend.token';
-import type { LockBackend, LockGrant, LockInspection } from './backends/lock-backend.interface';
+import type { EntryMode } from './backends/lock-backend.interface';
+import type { LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { MinHolds } from './min-holds';
+import { inspectionResult, type LockInspectionResult } from './lock-inspection';
 import { assertOperatorCall, operatorCall } from './operator-calls';
 import { lockChannels, type TimedOutMessage } from './diagnostics/lock-channels';
 import { DistributedLockError, LockTimeoutError } from './errors';
@@ -34,8 +36,7 @@ import { RESOLVED_LOCK_OPTIONS } from './lock-options.token';
 
 const logger = new Logger('DistributedLock');
 
-/** What LockService.inspect resolves to: the backend's view (LockInspection) of the lock `name`. */
-export type LockInspectionResult = { readonly name: string } & LockInspection;
+export type { LockInspectionResult };
 
 /**
  * Acquire, try, run under, and look up locks. Re-entrant per async call chain: a name the chain
@@ -141,7 +142,7 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
       return Promise.reject(error);
     }
     return this.acquirer.take(name, resolved, undefined, 'LockService.tryAcquire', false).then((handle) => {
-      if (!handle && lockChannels.timedOut.hasSubscribers) lockChannels.timedOut.publish({ name: namesOf(name), backend: this.backend.name, waitedMs: 0 } satisfies TimedOutMessage);
+      if (!handle && lockChannels.timedOut.hasSubscribers) lockChannels.timedOut.publish({ name: namesOf(name), backend: this.backend.name, mode: resolved.mode, waitedMs: 0 } satisfies TimedOutMessage);
       return handle;
     });
   }
@@ -216,9 +217,9 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
         handle = await taken;
       }
     } catch (error) {
-      return this.notTaken(name, error, skip, method);
+      return this.notTaken(name, options.mode, error, skip, method);
     }
-    if (!handle) return this.notTaken(name, new LockTimeoutError(namesOf(name), 0), skip, method);
+    if (!handle) return this.notTaken(name, options.mode, new LockTimeoutError(namesOf(name), 0), skip, method);
     const scope = handle.reentrant
       ? lockContext.getStore()
       : handle.parts
@@ -252,7 +253,7 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
   async inspect(name: string): Promise<LockInspectionResult> {
     const key = this.operatorKey(name, 'inspect');
     const inspection = await operatorCall(this.backend, `inspect "${name}"`, () => this.backend.inspect!(key), this.options.serverTimeoutMs);
-    return { name, ...inspection };
+    return inspectionResult(name, inspection);
   }
 
   /**
@@ -298,29 +299,29 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
   private acquireWith(name: LockNames, options: ResolvedLockOptions, signal: AbortSignal | undefined, method: string, skip: boolean): Promise<LockHandle> {
     // One reaction, not an async layer: withLock takes every lock through here.
     return this.acquirer.take(name, options, signal, method, options.waitTimeoutMs !== 0).then(
-      (handle) => handle ?? this.timedOut(name, new LockTimeoutError(namesOf(name), 0), skip),
-      (error: unknown) => this.timedOut(name, error, skip),
+      (handle) => handle ?? this.timedOut(name, options.mode, new LockTimeoutError(namesOf(name), 0), skip),
+      (error: unknown) => this.timedOut(name, options.mode, error, skip),
     );
   }
 
   /** Rethrows `error`; a lock not taken in time is published first, as skipped when the caller will skip. */
-  private timedOut(name: LockNames, error: unknown, skip: boolean): never {
-    this.publishTimeout(name, error, skip);
+  private timedOut(name: LockNames, mode: EntryMode, error: unknown, skip: boolean): never {
+    this.publishTimeout(name, mode, error, skip);
     throw error;
   }
 
   /** A lock run() did not take: rethrows `error`, or, for a timeout the caller skips, resolves to undefined. */
-  private notTaken(name: LockNames, error: unknown, skip: boolean, method: string): undefined {
-    if (!skip || !(error instanceof LockTimeoutError)) return this.timedOut(name, error, skip);
-    this.publishTimeout(name, error, skip);
+  private notTaken(name: LockNames, mode: EntryMode, error: unknown, skip: boolean, method: string): undefined {
+    if (!skip || !(error instanceof LockTimeoutError)) return this.timedOut(name, mode, error, skip);
+    this.publishTimeout(name, mode, error, skip);
     logger.debug(`${method} skipped: lock "${namesOf(name)}" was not taken within ${error.waitedMs} ms (onTimeout: 'skip').`);
     return undefined;
   }
 
-  private publishTimeout(name: LockNames, error: unknown, skip: boolean): void {
+  private publishTimeout(name: LockNames, mode: EntryMode, error: unknown, skip: boolean): void {
     if (!(error instanceof LockTimeoutError)) return;
     const published = skip ? lockChannels.skipped : lockChannels.timedOut;
-    if (published.hasSubscribers) published.publish({ name: namesOf(name), backend: this.backend.name, waitedMs: error.waitedMs } satisfies TimedOutMessage);
+    if (published.hasSubscribers) published.publish({ name: namesOf(name), backend: this.backend.name, mode, waitedMs: error.waitedMs } satisfies TimedOutMessage);
   }
 }
 

@@ -1,4 +1,5 @@
 import { channel, tracingChannel } from 'node:diagnostics_channel';
+import type { EntryMode } from '../backends/lock-backend.interface';
 import type { LockLostReason } from '../errors';
 
 /**
@@ -30,6 +31,8 @@ export interface LockMessage {
   readonly name: string;
   /** The backend's name: 'memory', 'redis', 'etcd', 'zookeeper', or a custom backend's. */
   readonly backend: string;
+  /** 'write' (the lock), 'read' (a read lock) or 'permit' (a semaphore's). */
+  readonly mode: EntryMode;
 }
 
 export interface AcquireMessage extends LockMessage {

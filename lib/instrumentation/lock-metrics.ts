@@ -19,8 +19,8 @@ const subscriptions = new SharedSubscriptions<object>();
 
 /**
  * Records the library's diagnostics-channel events as Prometheus metrics in `registry` (null:
- * prom-client's default registry). No lock name is a label: names are unbounded (one per sku,
- * per user), and every label value is a time series. Returns the stop function.
+ * prom-client's default registry), labelled by backend and mode (write, read, permit). No lock
+ * name is a label: names are unbounded (one per sku, per user), and every label value is a time series. Returns the stop function.
  */
 export function recordLockMetrics(registry: MetricsRegistry | null): () => void {
   const client = requirePeer<typeof PromClient>('prom-client', 'metrics', 'metrics');
@@ -29,11 +29,11 @@ export function recordLockMetrics(registry: MetricsRegistry | null): () => void 
 }
 
 interface LockMetrics {
-  acquire: PromClient.Histogram<'backend' | 'outcome'>;
-  hold: PromClient.Histogram<'backend'>;
-  held: PromClient.Gauge<'backend'>;
-  waiting: PromClient.Gauge<'backend'>;
-  lost: PromClient.Counter<'backend' | 'reason'>;
+  acquire: PromClient.Histogram<'backend' | 'mode' | 'outcome'>;
+  hold: PromClient.Histogram<'backend' | 'mode'>;
+  held: PromClient.Gauge<'backend' | 'mode'>;
+  waiting: PromClient.Gauge<'backend' | 'mode'>;
+  lost: PromClient.Counter<'backend' | 'mode' | 'reason'>;
 }
 
 /** The metrics in `registry`, made there unless an earlier application of this process did. */
@@ -46,7 +46,7 @@ function lockMetricsIn(client: typeof PromClient, registry: PromClient.Registry)
       new client.Histogram({
         name: 'distributed_lock_acquire_seconds',
         help: 'Time to acquire a lock (waiting included), by outcome: acquired, timeout, skipped, error.',
-        labelNames: ['backend', 'outcome'],
+        labelNames: ['backend', 'mode', 'outcome'],
         buckets: SECONDS_BUCKETS,
         registers,
       }),
@@ -55,19 +55,19 @@ function lockMetricsIn(client: typeof PromClient, registry: PromClient.Registry)
       new client.Histogram({
         name: 'distributed_lock_hold_seconds',
         help: 'Time a lock was held, from its grant to its release.',
-        labelNames: ['backend'],
+        labelNames: ['backend', 'mode'],
         buckets: SECONDS_BUCKETS,
         registers,
       }),
     held:
       existing('distributed_lock_held') ??
-      new client.Gauge({ name: 'distributed_lock_held', help: 'Locks this process holds now.', labelNames: ['backend'], registers }),
+      new client.Gauge({ name: 'distributed_lock_held', help: 'Locks this process holds now.', labelNames: ['backend', 'mode'], registers }),
     waiting:
       existing('distributed_lock_waiting') ??
-      new client.Gauge({ name: 'distributed_lock_waiting', help: 'Acquisitions of this process waiting for the backend now.', labelNames: ['backend'], registers }),
+      new client.Gauge({ name: 'distributed_lock_waiting', help: 'Acquisitions of this process waiting for the backend now.', labelNames: ['backend', 'mode'], registers }),
     lost:
       existing('distributed_lock_lost_total') ??
-      new client.Counter({ name: 'distributed_lock_lost_total', help: 'Locks lost before their holder released them, by reason.', labelNames: ['backend', 'reason'], registers }),
+      new client.Counter({ name: 'distributed_lock_lost_total', help: 'Locks lost before their holder released them, by reason.', labelNames: ['backend', 'mode', 'reason'], registers }),
   };
 }
 
@@ -76,36 +76,36 @@ const ignore = (): void => undefined;
 function subscribe(metrics: LockMetrics): () => void {
   const seconds = (ms: number) => ms / 1000;
   const onAcquired = (message: unknown) => {
-    const { backend, waitedMs } = message as AcquiredMessage;
-    metrics.acquire.observe({ backend, outcome: 'acquired' }, seconds(waitedMs));
-    metrics.held.inc({ backend });
+    const { backend, mode, waitedMs } = message as AcquiredMessage;
+    metrics.acquire.observe({ backend, mode, outcome: 'acquired' }, seconds(waitedMs));
+    metrics.held.inc({ backend, mode });
   };
   const onTimedOut = (message: unknown) => {
-    const { backend, waitedMs } = message as TimedOutMessage;
-    metrics.acquire.observe({ backend, outcome: 'timeout' }, seconds(waitedMs));
+    const { backend, mode, waitedMs } = message as TimedOutMessage;
+    metrics.acquire.observe({ backend, mode, outcome: 'timeout' }, seconds(waitedMs));
   };
   const onSkipped = (message: unknown) => {
-    const { backend, waitedMs } = message as TimedOutMessage;
-    metrics.acquire.observe({ backend, outcome: 'skipped' }, seconds(waitedMs));
+    const { backend, mode, waitedMs } = message as TimedOutMessage;
+    metrics.acquire.observe({ backend, mode, outcome: 'skipped' }, seconds(waitedMs));
   };
   const onReleased = (message: unknown) => {
-    const { backend, heldMs, wasLost } = message as ReleasedMessage;
-    metrics.hold.observe({ backend }, seconds(heldMs));
-    if (!wasLost) metrics.held.dec({ backend });
+    const { backend, mode, heldMs, wasLost } = message as ReleasedMessage;
+    metrics.hold.observe({ backend, mode }, seconds(heldMs));
+    if (!wasLost) metrics.held.dec({ backend, mode });
   };
   const onLost = (message: unknown) => {
-    const { backend, reason } = message as LostMessage;
-    metrics.lost.inc({ backend, reason });
-    metrics.held.dec({ backend });
+    const { backend, mode, reason } = message as LostMessage;
+    metrics.lost.inc({ backend, mode, reason });
+    metrics.held.dec({ backend, mode });
   };
   const tracing = {
     end: ignore,
     asyncStart: ignore,
-    start: (message: AcquireMessage) => metrics.waiting.inc({ backend: message.backend }),
-    asyncEnd: (message: AcquireMessage) => metrics.waiting.dec({ backend: message.backend }),
+    start: (message: AcquireMessage) => metrics.waiting.inc({ backend: message.backend, mode: message.mode }),
+    asyncEnd: (message: AcquireMessage) => metrics.waiting.dec({ backend: message.backend, mode: message.mode }),
     // A timeout is counted by its own channel, as timeout or skipped.
     error: (message: AcquireMessage & { error?: unknown }) => {
-      if (!(message.error instanceof LockTimeoutError)) metrics.acquire.observe({ backend: message.backend, outcome: 'error' }, seconds(message.waitedMs ?? 0));
+      if (!(message.error instanceof LockTimeoutError)) metrics.acquire.observe({ backend: message.backend, mode: message.mode, outcome: 'error' }, seconds(message.waitedMs ?? 0));
     },
   };
   lockChannels.acquired.subscribe(onAcquired);

@@ -23,7 +23,7 @@ function subscribe(api: typeof OpenTelemetry): () => void {
   const handlers = {
     // Published synchronously in the caller's async context: the active span there is the parent.
     start: (message: AcquireMessage) => {
-      const attributes = { 'lock.name': message.name, 'lock.backend': message.backend, 'lock.wait': message.wait };
+      const attributes = { 'lock.name': message.name, 'lock.backend': message.backend, 'lock.mode': message.mode, 'lock.wait': message.wait };
       spans.set(message, tracer.startSpan('lock.acquire', { kind: api.SpanKind.INTERNAL, attributes }, api.context.active()));
     },
     end: ignore,

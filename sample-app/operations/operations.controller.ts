@@ -3,9 +3,6 @@ import { HealthCheck, HealthCheckService } from '@nestjs/terminus';
 import { register } from 'prom-client';
 import { DistributedLockHealthIndicator, LockService, type LockInspectionResult } from '../../lib';
 
-/** The inspection as JSON: the fencing token as a decimal string (JSON has no bigint, and a number would lose digits). */
-export type LockView = Omit<LockInspectionResult, 'holder'> & { holder?: Omit<NonNullable<LockInspectionResult['holder']>, 'fencingToken'> & { fencingToken: string } };
-
 /**
  * What an operator points a load balancer, Prometheus and a dashboard at. There is deliberately
  * no route for LockService.forceRelease: breaking a lock is an operator's power, not something
@@ -33,10 +30,9 @@ export class OperationsController {
     return register.metrics();
   }
 
-  /** The server's view of one lock, e.g. GET /locks/stock:pear (read-only). */
+  /** The server's view of one lock, e.g. GET /locks/stock:pear (read-only); its JSON form shows tokens as decimal strings. */
   @Get('locks/:name')
-  async inspect(@Param('name') name: string): Promise<LockView> {
-    const { holder, ...view } = await this.locks.inspect(name);
-    return holder ? { ...view, holder: { ...holder, fencingToken: holder.fencingToken.toString() } } : view;
+  inspect(@Param('name') name: string): Promise<LockInspectionResult> {
+    return this.locks.inspect(name);
   }
 }

@@ -61,10 +61,10 @@ describe('diagnostics_channel: what the library publishes', () => {
     const acquired = of('acquired');
     assert.equal(acquired.length, 2, JSON.stringify(seen, (_k, v) => (typeof v === 'bigint' ? `${v}n` : v)));
     assert.deepEqual(
-      acquired.map(({ name, backend, fencingToken }) => ({ name, backend, fencingToken })),
+      acquired.map(({ name, backend, mode, fencingToken }) => ({ name, backend, mode, fencingToken })),
       [
-        { name: 'stock:1', backend: 'memory', fencingToken: firstToken },
-        { name: 'stock:1', backend: 'memory', fencingToken: secondToken },
+        { name: 'stock:1', backend: 'memory', mode: 'write', fencingToken: firstToken },
+        { name: 'stock:1', backend: 'memory', mode: 'write', fencingToken: secondToken },
       ],
     );
     assert.ok((acquired[1].waitedMs as number) >= 35, `the waiter waited ${acquired[1].waitedMs} ms`);

@@ -47,9 +47,9 @@ describe('prom-client metrics (metrics: { registry })', () => {
     const locks = app.get(LockService);
     try {
       const lock = await locks.acquire('a', { ttlMs: 300 });
-      assert.equal(await valueOf(registry, 'distributed_lock_held', { backend: 'memory' }), 1);
+      assert.equal(await valueOf(registry, 'distributed_lock_held', { backend: 'memory', mode: 'write' }), 1);
       const waiting = locks.acquire('a', { waitTimeoutMs: 20 }).catch(() => undefined);
-      assert.equal(await valueOf(registry, 'distributed_lock_waiting', { backend: 'memory' }), 1);
+      assert.equal(await valueOf(registry, 'distributed_lock_waiting', { backend: 'memory', mode: 'write' }), 1);
       await waiting;
       await abortedWithin(lock.signal, 1_000);
       await lock.release();
@@ -60,9 +60,28 @@ describe('prom-client metrics (metrics: { registry })', () => {
     const counts = (await samplesOf(registry, 'distributed_lock_acquire_seconds')).filter((value) => value.metricName === 'distributed_lock_acquire_seconds_count');
     const countOf = (outcome: string) => counts.find((value) => value.labels.outcome === outcome)?.value ?? 0;
     assert.deepEqual({ acquired: countOf('acquired'), timeout: countOf('timeout'), skipped: countOf('skipped') }, { acquired: 2, timeout: 1, skipped: 0 });
-    assert.equal(await valueOf(registry, 'distributed_lock_lost_total', { backend: 'memory', reason: 'renewal-refused' }), 1);
-    assert.equal(await valueOf(registry, 'distributed_lock_held', { backend: 'memory' }), 0);
-    assert.equal(await valueOf(registry, 'distributed_lock_waiting', { backend: 'memory' }), 0);
+    assert.equal(await valueOf(registry, 'distributed_lock_lost_total', { backend: 'memory', mode: 'write', reason: 'renewal-refused' }), 1);
+    assert.equal(await valueOf(registry, 'distributed_lock_held', { backend: 'memory', mode: 'write' }), 0);
+    assert.equal(await valueOf(registry, 'distributed_lock_waiting', { backend: 'memory', mode: 'write' }), 0);
+  });
+
+  it('labels every metric with the mode: write, read, permit', async () => {
+    const registry = new Registry();
+    const app = await appWith({ metrics: { registry } });
+    const locks = app.get(LockService);
+    try {
+      const reads = [await locks.acquire('catalog', { mode: 'read' }), await locks.acquire('catalog', { mode: 'read' })];
+      const permit = await locks.acquireSemaphore('payments', 4);
+      assert.equal(await valueOf(registry, 'distributed_lock_held', { backend: 'memory', mode: 'read' }), 2);
+      assert.equal(await valueOf(registry, 'distributed_lock_held', { backend: 'memory', mode: 'permit' }), 1);
+      await Promise.all([...reads, permit].map((handle) => handle.release()));
+      assert.equal(await valueOf(registry, 'distributed_lock_held', { backend: 'memory', mode: 'read' }), 0);
+      const text = await registry.metrics();
+      assert.match(text, /distributed_lock_acquire_seconds_count\{backend="memory",mode="read",outcome="acquired"\} 2\n/);
+      assert.match(text, /distributed_lock_hold_seconds_count\{backend="memory",mode="permit"\} 1\n/);
+    } finally {
+      await app.close();
+    }
   });
 
   it("counts 'skipped' and 'error' outcomes, and two apps sharing a registry count each event once", async () => {
@@ -79,9 +98,9 @@ describe('prom-client metrics (metrics: { registry })', () => {
       await busy.close();
     }
     const text = await registry.metrics();
-    assert.match(text, /distributed_lock_acquire_seconds_count\{backend="memory",outcome="acquired"\} 1\n/);
-    assert.match(text, /distributed_lock_acquire_seconds_count\{backend="memory",outcome="skipped"\} 1\n/);
-    assert.match(text, /distributed_lock_acquire_seconds_count\{backend="memory",outcome="error"\} 1\n/);
+    assert.match(text, /distributed_lock_acquire_seconds_count\{backend="memory",mode="write",outcome="acquired"\} 1\n/);
+    assert.match(text, /distributed_lock_acquire_seconds_count\{backend="memory",mode="write",outcome="skipped"\} 1\n/);
+    assert.match(text, /distributed_lock_acquire_seconds_count\{backend="memory",mode="write",outcome="error"\} 1\n/);
   });
 
   it('is validated with the other options', () => {

@@ -47,15 +47,15 @@ describe('the sample app over HTTP: GET /health, GET /metrics and GET /locks/:na
       await held.release();
       const after = await metrics();
 
-      const acquired = 'distributed_lock_acquire_seconds_count{backend="memory",outcome="acquired"}';
-      const timedOut = 'distributed_lock_acquire_seconds_count{backend="memory",outcome="timeout"}';
+      const acquired = 'distributed_lock_acquire_seconds_count{backend="memory",mode="write",outcome="acquired"}';
+      const timedOut = 'distributed_lock_acquire_seconds_count{backend="memory",mode="write",outcome="timeout"}';
       // The seed, three purchases and the test's own acquire.
       assert.equal(sample(after, acquired) - sample(before, acquired), 5);
       assert.equal(sample(after, timedOut) - sample(before, timedOut), 1);
-      assert.equal(sample(during, 'distributed_lock_held{backend="memory"}'), 1);
-      assert.equal(sample(after, 'distributed_lock_held{backend="memory"}'), 0);
-      assert.equal(sample(after, 'distributed_lock_waiting{backend="memory"}'), 0);
-      assert.equal(sample(after, 'distributed_lock_hold_seconds_count{backend="memory"}') - sample(before, 'distributed_lock_hold_seconds_count{backend="memory"}'), 5);
+      assert.equal(sample(during, 'distributed_lock_held{backend="memory",mode="write"}'), 1);
+      assert.equal(sample(after, 'distributed_lock_held{backend="memory",mode="write"}'), 0);
+      assert.equal(sample(after, 'distributed_lock_waiting{backend="memory",mode="write"}'), 0);
+      assert.equal(sample(after, 'distributed_lock_hold_seconds_count{backend="memory",mode="write"}') - sample(before, 'distributed_lock_hold_seconds_count{backend="memory",mode="write"}'), 5);
       assert.match(after, /# TYPE distributed_lock_lost_total counter/);
       assert.doesNotMatch(after, /pear/, 'a lock name must never be a label');
     } finally {
@@ -87,6 +87,11 @@ describe('the sample app over HTTP: GET /health, GET /metrics and GET /locks/:na
       await next.release();
       assert.equal((await view()).held, false);
       assert.equal((await inventory.call('POST', '/locks/stock:pear')).status, 404, 'the sample app must not expose forceRelease');
+      const reader = await locks.acquire('catalog:tea', { mode: 'read' });
+      const readers = (await (await inventory.call('GET', '/locks/catalog:tea')).json()) as { mode: string; holders: { fencingToken: string }[] };
+      assert.equal(readers.mode, 'read');
+      assert.deepEqual(readers.holders.map((holder) => holder.fencingToken), [reader.fencingToken.toString()]);
+      await reader.release();
     } finally {
       await inventory.close();
     }
