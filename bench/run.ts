@@ -19,6 +19,7 @@ const SECTIONS: Section[] = [
   { name: 'etcd', run: () => import('./etcd.bench').then((m) => m.run()) },
   { name: 'zookeeper', run: () => import('./zookeeper.bench').then((m) => m.run()) },
   { name: 'postgres', run: () => import('./postgres.bench').then((m) => m.run()) },
+  { name: 'primitives', run: () => import('./primitives.bench').then((m) => m.run()) },
   { name: 'scale', run: () => import('./scale.bench').then((m) => m.run()) },
   { name: 'burst', run: () => import('./burst.bench').then((m) => m.run()) },
 ];
