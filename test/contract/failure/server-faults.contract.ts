@@ -52,7 +52,13 @@ export function serverFaultCases(context: FailureContext): void {
       let faultAt = 0;
       let watching: Held;
       let ignoring: Held;
+      /** A semaphore's permit held through the fault, watching its signal as `watching` does. */
+      let permitWatching: Held | undefined;
+      const modes = context.options.modes !== false;
+      const noModes = modes ? undefined : 'the backend grants only the exclusive lock';
       let acquiring: Promise<Timed<LockHandle>>;
+      /** A read lock and a semaphore's permit asked for as the fault strikes. */
+      let otherModes: Promise<Timed<LockHandle>>[] = [];
       let trying: Promise<Timed<LockHandle | null>>;
       let inspecting: Promise<Timed<unknown>>;
       let forcing: Promise<Timed<unknown>>;
@@ -69,7 +75,14 @@ export function serverFaultCases(context: FailureContext): void {
         const holder = await services.add(settings);
         let inflicted!: () => void;
         const faultInflicted = new Promise<void>((resolve) => (inflicted = resolve));
-        const [watchingEntered, ignoringEntered] = [deferred(), deferred()];
+        const [watchingEntered, ignoringEntered, permitEntered] = [deferred(), deferred(), deferred()];
+        if (!modes) permitEntered.resolve();
+        else {
+          permitWatching = holdThroughFault(holder, context.newKey(), async (lock) => {
+            permitEntered.resolve();
+            await Promise.race([untilAborted(lock.signal), sleep(HELD_TTL_MS * 4)]);
+          }, 2);
+        }
         // A handler that stops when its lock is lost (the documented pattern for long work)...
         watching = holdThroughFault(holder, context.newKey(), async (lock) => {
           watchingEntered.resolve();
@@ -84,7 +97,7 @@ export function serverFaultCases(context: FailureContext): void {
         const endedEarly = Promise.race([watching.ended, ignoring.ended]).then(() => {
           throw new Error(`a holder ended before the fault: ${describeError(watching.error ?? ignoring.error ?? 'no error')}`);
         });
-        await Promise.race([Promise.all([watchingEntered.promise, ignoringEntered.promise]), endedEarly]);
+        await Promise.race([Promise.all([watchingEntered.promise, ignoringEntered.promise, permitEntered.promise]), endedEarly]);
         // Released as the fault strikes, with most of its lease left: the release waits for the
         // server (no early answer from the lease), so only the release's own bound can end it.
         const toRelease = await trier.acquire(context.newKey(), { waitTimeoutMs: WAIT_TIMEOUT_MS });
@@ -97,6 +110,12 @@ export function serverFaultCases(context: FailureContext): void {
         inspecting = timed(() => trier.inspect(context.newKey()), tryBound + GRACE_MS);
         forcing = timed(() => trier.forceRelease(context.newKey()), tryBound + GRACE_MS);
         releasing = timed(() => toRelease.release(), tryBound + GRACE_MS);
+        if (modes) {
+          otherModes = [
+            timed(() => acquirer.acquire(context.newKey(), { mode: 'read', waitTimeoutMs: WAIT_TIMEOUT_MS }), acquireBound + GRACE_MS),
+            timed(() => acquirer.acquireSemaphore(context.newKey(), 3, { waitTimeoutMs: WAIT_TIMEOUT_MS }), acquireBound + GRACE_MS),
+          ];
+        }
       });
 
       after(async () => {
@@ -111,6 +130,27 @@ export function serverFaultCases(context: FailureContext): void {
         t.diagnostic(`acquire ended with ${describeError(outcome.error ?? 'a lock')}`);
         withinBound(t, 'acquire', outcome.ms, acquireBound);
         assertUnreachable(outcome, route.address, 'acquire');
+      });
+
+      it('a read lock and a permit reject as acquire does', { ...CASE, skip: noModes }, async (t) => {
+        for (const [what, call] of [['read lock', otherModes[0]], ['permit', otherModes[1]]] as const) {
+          const outcome = await call;
+          t.diagnostic(`${what} ended with ${describeError(outcome.error ?? 'a lock')}`);
+          withinBound(t, what, outcome.ms, acquireBound);
+          assertUnreachable(outcome, route.address, what);
+        }
+      });
+
+      it("a held permit's signal fires before its lease ends, and withSemaphore ends with LockLostError 'server-unreachable'", { ...CASE, skip: noModes }, async (t) => {
+        const bound = HELD_TTL_MS + MARGIN_MS;
+        const held = permitWatching!;
+        const ended = await settled(held.ended, faultAt, bound + GRACE_MS);
+        t.diagnostic(`withSemaphore ${ended.error ? describeError(ended.error) : `ended with ${describeError(held.error ?? 'its result')}`}`);
+        assert.ok(held.signalAt !== undefined, "the permit's signal never fired");
+        withinBound(t, 'lost signal after the fault', held.signalAt - faultAt, HELD_TTL_MS + TIMER_SLACK_MS);
+        withinBound(t, 'withSemaphore ended after the fault', (held.endedAt ?? performance.now()) - faultAt, bound);
+        assertLostUnreachable(held.signalReason, 'the signal reason');
+        assertLostUnreachable(held.error, 'withSemaphore');
       });
 
       it('tryAcquire rejects with LockServerUnreachableError naming the address within serverTimeoutMs + margin', CASE, async (t) => {
@@ -168,27 +208,28 @@ async function inflict(context: FailureContext, fault: Fault): Promise<void> {
   else faults.blackHole();
 }
 
-/** Runs withLock, recording when the lock's signal fired, when the handler returned and when the call ended. */
-function holdThroughFault(service: LockService, key: string, handler: (lock: LockHandle) => Promise<void>): Held {
+/**
+ * Runs withLock (withSemaphore with a `limit`), recording when the lock's signal fired, when the
+ * handler returned and when the call ended.
+ */
+function holdThroughFault(service: LockService, key: string, handler: (lock: LockHandle) => Promise<void>, limit?: number): Held {
   const held = { ended: Promise.resolve() } as Held;
-  held.ended = run(service, key, handler, held);
+  held.ended = run(service, key, handler, held, limit);
   return held;
 }
 
-async function run(service: LockService, key: string, handler: (lock: LockHandle) => Promise<void>, outcome: Held): Promise<void> {
+async function run(service: LockService, key: string, handler: (lock: LockHandle) => Promise<void>, outcome: Held, limit?: number): Promise<void> {
+  const section = async (lock: LockHandle) => {
+    lock.signal.addEventListener('abort', () => {
+      outcome.signalAt = performance.now();
+      outcome.signalReason = lock.signal.reason;
+    });
+    await handler(lock);
+    outcome.handlerEndedAt = performance.now();
+  };
   try {
-    await service.withLock(
-      key,
-      async (lock) => {
-        lock.signal.addEventListener('abort', () => {
-          outcome.signalAt = performance.now();
-          outcome.signalReason = lock.signal.reason;
-        });
-        await handler(lock);
-        outcome.handlerEndedAt = performance.now();
-      },
-      { waitTimeoutMs: WAIT_TIMEOUT_MS },
-    );
+    if (limit === undefined) await service.withLock(key, section, { waitTimeoutMs: WAIT_TIMEOUT_MS });
+    else await service.withSemaphore(key, limit, section, { waitTimeoutMs: WAIT_TIMEOUT_MS });
   } catch (error) {
     outcome.error = error;
   }
