@@ -1,5 +1,4 @@
 import { Batch, type QueuedCaller } from '../local-queue/batch';
-import type { RedlockAcquisition } from './redlock-acquisition';
 import type { Won } from './redlock-votes';
 
 /**
@@ -12,7 +11,8 @@ export class RedlockBatch extends Batch {
   ttlMs = 0;
   /** performance.now() when the request that set or last extended the entry was sent. */
   leaseFrom = 0;
-  acquisition?: RedlockAcquisition;
+  /** The wait for this batch's vote (a RedlockAcquisition), stopped when the batch ends. */
+  acquisition?: { stop(): void };
   /** The vote that won the entry: its release raises the masters that were not seen in step. */
   won?: Won;
   /** The entry no longer holds a majority: it serves nobody any more. */
