@@ -30,13 +30,18 @@ export class LockHandle {
   }
 
   /** The lock name as given (before the module's keyPrefix); the first of `names` for several. */
+  get name(): string {
+    return this.lease.name;
+  }
+
+  /** @deprecated The same as `name` (a key is what the backend sees: keyPrefix + name). */
   get key(): string {
     return this.lease.name;
   }
 
   /** Every name this handle holds, in the order they were taken. */
   get names(): readonly string[] {
-    return this.parts ? this.parts.map((part) => part.key) : [this.key];
+    return this.parts ? this.parts.map((part) => part.name) : [this.name];
   }
 
   /**
@@ -50,7 +55,7 @@ export class LockHandle {
 
   /** Each name's fencing token. */
   get fencingTokens(): ReadonlyMap<string, bigint> {
-    return new Map((this.parts ?? [this]).map((part) => [part.key, part.fencingToken]));
+    return new Map((this.parts ?? [this]).map((part) => [part.name, part.fencingToken]));
   }
 
   /** Aborted, with a LockLostError as its reason, the moment the lock (any of its names) is known lost. */
@@ -75,7 +80,7 @@ export class LockHandle {
    * later renewals. Rejects with LockLostError when the lease is no longer ours.
    */
   extend(ttlMs?: number): Promise<void> {
-    if (this.releasing) return Promise.reject(new DistributedLockError(`Lock "${this.key}" was released; acquire it again.`));
+    if (this.releasing) return Promise.reject(new DistributedLockError(`Lock "${this.name}" was released; acquire it again.`));
     if (this.parts) return Promise.all(this.parts.map((part) => part.extend(ttlMs))).then(() => undefined);
     return this.lease.extend(ttlMs);
   }
