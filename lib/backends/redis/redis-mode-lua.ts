@@ -33,7 +33,8 @@ local function purge(now)
   local gone = redis.call('zrangebyscore', HOLDERS, '-inf', '(' .. now)
   if #gone > 0 then
     redis.call('zremrangebyscore', HOLDERS, '-inf', '(' .. now)
-    redis.call('hdel', GRANTS, unpack(gone))
+    -- One by one: unpack of a long list would overflow Lua's stack.
+    for _, owner in ipairs(gone) do redis.call('hdel', GRANTS, owner) end
   end
   return redis.call('zcard', HOLDERS)
 end
