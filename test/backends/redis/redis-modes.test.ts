@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { fork } from 'node:child_process';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { LockConfigError } from '../../../lib/errors';
+import { LockConfigError, LockServerUnreachableError } from '../../../lib/errors';
 import type { EntryMode, LockBackend } from '../../../lib/backends/lock-backend.interface';
 import { createBackend } from '../../../lib/backends/registry';
 import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
@@ -17,6 +17,9 @@ const CRASH_TTL_MS = 1_500;
  * allowed 100 ms for timer lateness on a loaded machine.
  */
 const AFTER_LEASE_BOUND_MS = 25 + 100;
+const SERVER_TIMEOUT_MS = 1_000;
+/** Timer lateness on a loaded 2-core machine, as the write path's failure tests allow. */
+const FAILURE_MARGIN_MS = 600;
 
 /** One grant as a test saw it: when it was held, by which mode, with which token. */
 interface Hold {
@@ -292,5 +295,36 @@ describe('redis read-write locks and semaphores', () => {
     assert.equal((await a.inspect!('closing')).waiting, 0);
     await a.release(written);
     assert.deepEqual(await a.inspect!('closing'), { held: false, waiting: 0 });
+  });
+
+  it(`server paused with SIGSTOP: read and permit acquire, try, renew, release and inspect end by serverTimeoutMs (${SERVER_TIMEOUT_MS} ms)`, async (t) => {
+    const paused = await startRedisServer();
+    const backend = await createBackend({ type: 'redis', url: paused.url }, { ttlMs: TTL_MS, serverTimeoutMs: SERVER_TIMEOUT_MS });
+    try {
+      const reader = await acquire(backend, 'paused', 'read');
+      const permit = await acquire(backend, 'paused-sem', 'permit', { limit: 2 });
+      paused.server.pause();
+      const within = async (what: string, call: () => Promise<unknown>, fails = true) => {
+        const started = performance.now();
+        const outcome = await call().then(
+          () => undefined,
+          (error: unknown) => error,
+        );
+        const tookMs = performance.now() - started;
+        t.diagnostic(`${what}: ${tookMs.toFixed(0)} ms`);
+        assert.ok(tookMs <= SERVER_TIMEOUT_MS + FAILURE_MARGIN_MS, `${what} took ${tookMs.toFixed(0)} ms`);
+        if (fails) assert.ok(outcome instanceof LockServerUnreachableError, `${what}: ${String(outcome)}`);
+      };
+      await within('acquire (read)', () => acquire(backend, 'paused', 'read'));
+      await within('acquire (permit)', () => acquire(backend, 'paused-sem', 'permit', { limit: 2 }));
+      await within('tryAcquire (permit)', () => backend.tryAcquire({ key: 'paused-sem', owner: owner('try'), ttlMs: TTL_MS, mode: 'permit', limit: 2 }));
+      await within('renew (read)', () => backend.renew(reader, TTL_MS));
+      await within('release (permit)', () => backend.release(permit));
+      await within('inspect', () => backend.inspect!('paused'));
+    } finally {
+      paused.server.resume();
+      await backend.close();
+      await paused.stop();
+    }
   });
 });
