@@ -234,6 +234,32 @@ describe('redis read-write locks and semaphores', () => {
     assert.equal((await a.inspect!('abort')).holders?.length, 2);
     await Promise.all([a.release(holding), c.release(granted)]);
     assert.deepEqual(await a.inspect!('abort'), { held: false, waiting: 0 });
+
+    // Stopped through onStop, as LockService stops its requests.
+    const gate = await acquire(a, 'abort', 'write');
+    let stopWatcher: { aborted(reason: unknown): void } | undefined;
+    const stopped = b.acquire({ key: 'abort', owner: owner('stopped'), ttlMs: TTL_MS, signal: new AbortController().signal, mode: 'read', onStop: (watcher) => (stopWatcher = watcher) });
+    await waitingIs(a, 'abort', 1);
+    stopWatcher!.aborted(new Error('stopped'));
+    await assert.rejects(stopped, /stopped/);
+    await waitingIs(a, 'abort', 0);
+    await a.release(gate);
+
+    // An abort that races the grant: whichever the server sees first, nothing is left held or queued.
+    for (let round = 0; round < 10; round++) {
+      const blocking = await acquire(a, 'race', 'write');
+      const stopPermit = new AbortController();
+      const racing = acquire(b, 'race', 'permit', { limit: 2, signal: stopPermit.signal }).then(
+        (grant) => b.release(grant),
+        () => undefined,
+      );
+      await waitingIs(a, 'race', 1);
+      const released = a.release(blocking);
+      stopPermit.abort(new Error('raced'));
+      await Promise.all([released, racing]);
+      await eventually(async () => !(await a.inspect!('race')).held, 2_000, 'the raced grant given back', 10);
+      assert.deepEqual(await a.inspect!('race'), { held: false, waiting: 0 }, `round ${round}`);
+    }
   });
 
   it('a permit whose limit differs from a held or queued permit of the name is refused', async () => {
