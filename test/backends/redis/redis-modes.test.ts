@@ -280,31 +280,37 @@ describe('redis read-write locks and semaphores', () => {
     await b.release(await queued);
   });
 
-  it(`a permit holder killed with SIGKILL gives its permit back within what is left of its lease + ${AFTER_LEASE_BOUND_MS} ms`, async (t) => {
-    const child = fork(path.join(__dirname, 'redis-modes-holder.js'), [redis.url, 'crash', String(CRASH_TTL_MS)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-    const renewedAt: number[] = [];
-    const granted = new Promise<void>((resolve, reject) => {
-      child.on('message', (message: string) => {
-        if (message === 'granted') resolve();
-        if (message === 'renewed') renewedAt.push(performance.now());
+  for (const [mode, waits] of [
+    ['permit', 'permit'],
+    ['read', 'write'],
+] as const) {
+    it(`a ${mode} holder killed with SIGKILL lets a waiting ${waits} in within what is left of its lease + ${AFTER_LEASE_BOUND_MS} ms`, async (t) => {
+      const key = `crash-${mode}`;
+      const child = fork(path.join(__dirname, 'redis-modes-holder.js'), [redis.url, key, String(CRASH_TTL_MS), mode], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+      const renewedAt: number[] = [];
+      const granted = new Promise<void>((resolve, reject) => {
+        child.on('message', (message: string) => {
+          if (message === 'granted') resolve();
+          if (message === 'renewed') renewedAt.push(performance.now());
+        });
+        child.on('exit', () => reject(new Error('the holder exited before its grant')));
       });
-      child.on('exit', () => reject(new Error('the holder exited before its grant')));
+      await granted;
+      const backend = await client();
+      const waiter = acquire(backend, key, waits, { limit: 1 });
+      assert.ok(await pendingAfter(waiter, CRASH_TTL_MS), 'granted while the holder was alive and renewing');
+      child.kill('SIGKILL');
+      const killedAt = performance.now();
+      const grant = await waiter;
+      const waitedMs = performance.now() - killedAt;
+      // The lease was last extended by the renewal before the kill: it ends a ttl after that was sent, at most.
+      const leaseLeftMs = CRASH_TTL_MS - (killedAt - (renewedAt.at(-1) ?? killedAt - CRASH_TTL_MS));
+      const boundMs = leaseLeftMs + AFTER_LEASE_BOUND_MS;
+      t.diagnostic(`granted ${waitedMs.toFixed(0)} ms after the kill; bound ${boundMs.toFixed(0)} ms (lease left at the kill at most ${leaseLeftMs.toFixed(0)} ms + ${AFTER_LEASE_BOUND_MS} ms)`);
+      assert.ok(waitedMs <= boundMs, `granted ${waitedMs.toFixed(0)} ms after the kill, bound ${boundMs.toFixed(0)} ms`);
+      await backend.release(grant);
     });
-    await granted;
-    const backend = await client();
-    const waiter = acquire(backend, 'crash', 'permit', { limit: 1 });
-    assert.ok(await pendingAfter(waiter, CRASH_TTL_MS), 'granted while the holder was alive and renewing');
-    child.kill('SIGKILL');
-    const killedAt = performance.now();
-    const grant = await waiter;
-    const waitedMs = performance.now() - killedAt;
-    // The lease was last extended by the renewal before the kill: it ends a ttl after that was sent, at most.
-    const leaseLeftMs = CRASH_TTL_MS - (killedAt - (renewedAt.at(-1) ?? killedAt - CRASH_TTL_MS));
-    const boundMs = leaseLeftMs + AFTER_LEASE_BOUND_MS;
-    t.diagnostic(`granted ${waitedMs.toFixed(0)} ms after the kill; bound ${boundMs.toFixed(0)} ms (lease left at the kill at most ${leaseLeftMs.toFixed(0)} ms + ${AFTER_LEASE_BOUND_MS} ms)`);
-    assert.ok(waitedMs <= boundMs, `granted ${waitedMs.toFixed(0)} ms after the kill, bound ${boundMs.toFixed(0)} ms`);
-    await backend.release(grant);
-  });
+  }
 
   it('close() fires the lost signal of held readers and rejects waiting ones; their entries go', async () => {
     const [a, closing, other] = [await client(), await client(), await client()];
