@@ -12,18 +12,25 @@ export interface LockKeys {
   readonly fence: string;
   /** FIFO list of waiting owner ids (ids whose entry left `waiters` are skipped when popped). */
   readonly queue: string;
-  /** Hash: waiting owner id -> `<ttlMs> <clientId>`. */
+  /** Hash: waiting owner id -> `<ttlMs> <clientId> <fence>`, and ` <mode>` for a read ('r') or permit ('p<limit>'). */
   readonly waiters: string;
   /** Hash: client id -> Redis time (ms) after which its waiters count as dead. */
   readonly alive: string;
   /** All five, in the order the scripts take them as KEYS. */
   readonly all: readonly string[];
+  /**
+   * Sorted set: read or permit holder's owner id -> its lease end (Redis time, ms). Not in `all`:
+   * the scripts derive it from `owner` only when they meet such an entry (redis-mode-lua.ts).
+   */
+  readonly holders: string;
+  /** Hash: read or permit holder's owner id -> `<fence> <mode> <grantedAtMs>`; derived as `holders`. */
+  readonly grants: string;
 }
 
 export function lockKeys(key: string): LockKeys {
   const tag = `{${/[%{}]/.test(key) ? key.replace(/[%{}]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`) : key}}`;
   const all = [`${tag}:owner`, `${tag}:fence`, `${tag}:queue`, `${tag}:waiters`, `${tag}:alive`] as const;
-  return { owner: all[0], fence: all[1], queue: all[2], waiters: all[3], alive: all[4], all };
+  return { owner: all[0], fence: all[1], queue: all[2], waiters: all[3], alive: all[4], all, holders: `${tag}:holders`, grants: `${tag}:grants` };
 }
 
 export const keyList = (keys: LockKeys): readonly string[] => keys.all;

@@ -1,3 +1,4 @@
+import { MODE_LUA, SHARED_VALUE } from './redis-mode-lua';
 import { RedisScript } from './redis-script';
 
 /** Grants are published on `<prefix><clientId>`; an ACL user needs `&nest-distributed-lock:*`. */
@@ -5,7 +6,8 @@ export const GRANT_CHANNEL_PREFIX = 'nest-distributed-lock:';
 
 /*
  * The lock as Lua, one script per operation, so each is one round trip and atomic.
- * KEYS (see redis-keys.ts): 1 owner, 2 fence, 3 queue, 4 waiters, 5 alive.
+ * KEYS (see redis-keys.ts): 1 owner, 2 fence, 3 queue, 4 waiters, 5 alive; read and permit
+ * entries (redis-mode-lua.ts) also use two keys derived from the owner key's name.
  * Redis time (TIME) decides whether a waiter is alive, so client clocks never matter. Scripts
  * write after TIME, which Redis allows since 5.0 (effects replication; the default from 5.0).
  */
@@ -47,7 +49,7 @@ local function raw_key()
   return (string.gsub(tag, '%%(%x%x)', function(hex) return string.char(tonumber(hex, 16)) end))
 end
 
--- A waiter's entry in the waiters hash: '<ttlMs> <clientId> <fence>'.
+-- A write waiter's entry in the waiters hash: '<ttlMs> <clientId> <fence>' (other modes add theirs: no match).
 local function parse_entry(entry)
   return string.match(entry, '^(%d+) (%S+) (%d+)$')
 end
@@ -87,8 +89,18 @@ local function hand_off()
     end
     local entry = redis.call('hget', KEYS[4], owner)
     if entry then
-      redis.call('hdel', KEYS[4], owner)
       local ttl, client, fence = parse_entry(entry)
+      if not ttl then
+        -- A read or permit entry: it goes with those behind it that the rule lets go.
+        redis.call('lpush', KEYS[3], owner)
+        redis.call('del', KEYS[1])
+        do
+${MODE_LUA}
+          grant_queue(now or now_ms())
+        end
+        return
+      end
+      redis.call('hdel', KEYS[4], owner)
       now = now or now_ms()
       local alive_until = tonumber(redis.call('hget', KEYS[5], client))
       if alive_until and alive_until >= now then
@@ -210,7 +222,8 @@ return renewed
 );
 
 /**
- * A waiter gave up: leave the queue, and if a grant raced with the decision, hand it on at once.
+ * A waiter gave up: leave the queue, and if a grant raced with the decision, hand it on at once;
+ * behind read or permit holders, the entries it held up are granted.
  * ARGV: owner. Reply: 1 when it had been granted (and is now handed on).
  */
 export const cancelScript = new RedisScript<0 | 1>(
@@ -223,6 +236,11 @@ if value then
   if owner == ARGV[1] then
     hand_off()
     return 1
+  end
+  -- Readers or permits hold: entries behind this one may go now.
+  if value == '${SHARED_VALUE}' then
+${MODE_LUA}
+    grant_queue(now_ms())
   end
 end
 return 0

@@ -14,6 +14,7 @@ import { validateRedisOptions, type RedisBackendOptions } from './redis-options'
 import { ownerValue, RedisCommands } from './redis-commands';
 import { KeyWatches, type KeyWatch } from './redis-key-watches';
 import { forceReleaseRedisLock, inspectRedisLock } from './redis-inspect';
+import { RedisModeEntries } from './redis-mode-entries';
 
 /**
  * A holder hands the lock to the next caller of its batch at once only when its lease is known
@@ -38,6 +39,8 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
   readonly name = 'redis';
   /** Names are percent-encoded into the hash tag (up to 3x); Redis takes far longer keys. */
   readonly maxKeyBytes = 1024;
+  /** Read and permit entries are one server entry per caller (RedisModeEntries), in the name's one queue. */
+  readonly modes = ['write', 'read', 'permit'] as const;
   readonly address: string;
   /** Every command is bounded by serverTimeoutMs (RedisConnections), the release script's too. */
   readonly boundedRelease = true;
@@ -60,6 +63,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
   private readonly closing = new AbortController();
   private readonly connections: RedisConnections;
   private readonly commands: RedisCommands;
+  private readonly shared: RedisModeEntries;
 
   /**
    * Validates and starts connecting in the background: never waits for the server (see
@@ -76,8 +80,17 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
     this.connections = new RedisConnections(options, settings, this.channel, () => {
       // Grants published while the subscriber was reconnecting are lost: check every waiting key now.
       for (const key of this.watches.keys()) this.watches.schedule(key, -1, 0);
+      this.shared.recheckAll();
     });
     this.commands = new RedisCommands(this.connections, this.clientId);
+    const lifecycle = this.lifecycle;
+    this.shared = new RedisModeEntries({
+      connections: this.connections,
+      clientId: this.clientId,
+      lost: this.closing.signal,
+      isOpen: () => lifecycle.isOpen,
+      closedWhileWaiting: () => lifecycle.closedWhileWaiting(),
+    });
     this.address = this.connections.address;
     this.listen();
   }
@@ -104,7 +117,14 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
   /** Until the grant channel is subscribed a pushed grant would be lost: an acquisition waits for it, bounded. */
   override acquire(request: AcquireRequest): Promise<LockGrant> {
     if (this.lifecycle.isOpen && !this.connections.subscribed) return this.connections.whenSubscribed(`acquire "${request.key}"`, request.signal).then(() => this.acquire(request));
+    if (request.mode !== undefined && request.mode !== 'write') return this.lifecycle.isOpen ? this.shared.acquire(request) : super.acquire(request);
     return super.acquire(request);
+  }
+
+  /** Reads and permits have entries of their own (RedisModeEntries); once closed, the write path refuses them as it refuses writes. */
+  override tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+    if (request.mode !== undefined && request.mode !== 'write') return this.lifecycle.isOpen ? this.shared.tryAcquire(request) : super.tryAcquire(request);
+    return super.tryAcquire(request);
   }
 
   /** The acquire script without queueing. */
@@ -134,7 +154,8 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
   /** Renews the batch's entry to this holder's ttl, checked against the entry's owner value. */
   async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
     const held = this.heldFor(grant);
-    if (!held || !this.lifecycle.isOpen) return false;
+    if (!held) return this.shared.renew(grant, ttlMs);
+    if (!this.lifecycle.isOpen) return false;
     held.ttlMs = Math.ceil(ttlMs);
     return (await this.commands.renew(grant.key, held.batch.ownerValue, held.ttlMs)) === 1;
   }
@@ -145,6 +166,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
    */
   override release(grant: LockGrant, validForMs?: number): Promise<void> {
     if (this.connections.closed) return Promise.resolve();
+    if (this.shared.heldCount !== 0 && this.shared.holds(grant)) return this.shared.release(grant);
     return super.release(grant, validForMs !== undefined && validForMs >= MIN_HANDOVER_VALIDITY_MS ? validForMs : undefined);
   }
 
@@ -154,10 +176,11 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
     // Entries still queued are cancelled (withdraw), the callers of every batch told.
     this.queues.closeAll(this.lifecycle.closedWhileWaiting());
     this.watches.clear();
+    const shared = this.shared.close();
     this.closing.abort(this.lifecycle.closedWhileHeld());
     this.held.clear();
     this.entries.clear();
-    const pending = [...this.closingWork, ...holding.map((batch) => this.commands.release(batch.name, batch.ownerValue).catch(() => undefined))];
+    const pending = [...this.closingWork, ...shared, ...holding.map((batch) => this.commands.release(batch.name, batch.ownerValue).catch(() => undefined))];
     // Best effort, and never long: with the server unreachable, leases and queue entries expire on their own.
     if (this.connections.unreachable() === undefined) {
       await Promise.race([Promise.all(pending), new Promise((resolve) => setTimeout(resolve, Math.min(2_000, this.connections.serverTimeoutMs)).unref())]);
@@ -279,7 +302,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
   private grantLate(key: string, owner: string, fence: string, serverMs: number | undefined): void {
     const batch = this.entries.get(owner);
     if (batch?.state === 'holding') return; // the same grant seen twice (message and safety check)
-    if (!batch || !this.isWaiting(batch)) return this.handOn(key, owner, fence);
+    if (!batch || !this.isWaiting(batch)) return this.handOn(key, owner, fence, serverMs);
     const clock = this.watches.get(key)?.clock;
     this.grantFrom(batch, fence, Math.max(batch.askedAt, serverMs === undefined || !clock ? -Infinity : clock.earliestLocal(serverMs)));
   }
@@ -324,8 +347,9 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
     return renewed === 1 ? sentAt : undefined;
   }
 
-  /** A grant nobody here waits for any more: handed on at once. */
-  private handOn(key: string, owner: string, fence: string): void {
+  /** A grant nobody here waits for any more: handed on at once (a read or permit entry's is RedisModeEntries'). */
+  private handOn(key: string, owner: string, fence: string, serverMs?: number): void {
+    if (this.shared.granted(owner, fence, serverMs)) return;
     this.commands.release(key, ownerValue(fence, owner)).catch((error) =>
       logger.warn(`Handing on an unwanted grant of "${key}" failed; it expires with its lease: ${error.message}`),
     );

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Cluster, Redis } from 'ioredis';
 import type { LockService } from '../../../lib';
+import type { LockBackend } from '../../../lib/backends/lock-backend.interface';
 import { createBackend } from '../../../lib/backends/registry';
 import { keyList, lockKeys } from '../../../lib/backends/redis/redis-keys';
 import { lockServiceOver } from '../../support/lock-service-factory';
@@ -19,6 +20,7 @@ describe('redis backend on Redis Cluster', () => {
   let redis: RedisServer;
   let cluster: Cluster;
   let services: LockService[];
+  let backends: LockBackend[];
 
   before(async () => {
     redis = await startRedisServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-announce-ip', '127.0.0.1']);
@@ -27,11 +29,9 @@ describe('redis backend on Redis Cluster', () => {
     while (!(await admin.call('CLUSTER', 'INFO') as string).includes('cluster_state:ok')) await sleep(50);
     admin.disconnect();
     cluster = new Cluster([{ host: '127.0.0.1', port: redis.port }]);
-    services = [
-      // No key prefix: a name's first character is the tag's first character.
-      lockServiceOver(await createBackend({ type: 'redis', client: cluster }), { keyPrefix: '' }),
-      lockServiceOver(await createBackend({ type: 'redis', client: cluster }), { keyPrefix: '' }),
-    ];
+    backends = [await createBackend({ type: 'redis', client: cluster }), await createBackend({ type: 'redis', client: cluster })];
+    // No key prefix: a name's first character is the tag's first character.
+    services = backends.map((backend) => lockServiceOver(backend, { keyPrefix: '' }));
   });
   after(async () => {
     await Promise.all(services.map((service) => service.onApplicationShutdown()));
@@ -41,7 +41,8 @@ describe('redis backend on Redis Cluster', () => {
 
   it('puts all keys of a name in one slot, whatever braces the name holds', async () => {
     for (const name of [...AWKWARD_NAMES, ...AWKWARD_NAMES.map((n) => `lock:${n}`)]) {
-      const slots = new Set(await Promise.all(keyList(lockKeys(name)).map((key) => cluster.call('CLUSTER', 'KEYSLOT', key))));
+      const keys = lockKeys(name);
+      const slots = new Set(await Promise.all([...keyList(keys), keys.holders, keys.grants].map((key) => cluster.call('CLUSTER', 'KEYSLOT', key))));
       assert.equal(slots.size, 1, `the keys of "${name}" span slots ${[...slots].join(', ')}`);
     }
   });
@@ -68,6 +69,22 @@ describe('redis backend on Redis Cluster', () => {
       await holder.release();
       await Promise.all(burst);
       assert.deepEqual(served, [0, 1, 2, 3], name);
+    }
+  });
+
+  it('grants readers and permits, queued behind a writer, on a Cluster client', async () => {
+    const signal = new AbortController().signal;
+    for (const name of AWKWARD_NAMES) {
+      const writer = await backends[0].acquire({ key: name, owner: `w-${name}`, ttlMs: 5_000, signal });
+      const readers = [0, 1].map((i) => backends[i].acquire({ key: name, owner: `r${i}-${name}`, ttlMs: 5_000, signal, mode: 'read' }));
+      await sleep(50);
+      await backends[0].release(writer);
+      const granted = await Promise.all(readers);
+      assert.equal((await backends[1].inspect!(name)).holders?.length, 2, name);
+      await Promise.all(granted.map((grant, i) => backends[i].release(grant)));
+      const permit = await backends[1].acquire({ key: name, owner: `p-${name}`, ttlMs: 5_000, signal, mode: 'permit', limit: 1 });
+      assert.ok(permit.fencingToken > granted[1].fencingToken && (await backends[1].renew(permit, 5_000)), name);
+      await backends[1].release(permit);
     }
   });
 
