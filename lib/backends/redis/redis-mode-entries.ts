@@ -3,6 +3,7 @@ import { LockConfigError } from '../../errors';
 import { batchToken } from '../local-queue/batch';
 import type { AcquireRequest, LockGrant } from '../lock-backend.interface';
 import { PendingWait } from '../pending-wait';
+import { isStoppable } from '../built-in-backend';
 import { isLate } from './redis-batch-leases';
 import { ownerValue } from './redis-commands';
 import type { RedisConnections } from './redis-connection';
@@ -77,7 +78,7 @@ export class RedisModeEntries {
     const entry: ModeEntry = { name: request.key, owner: request.owner, ttlMs, mode, wait: new PendingWait<LockGrant>(), askedAt: performance.now(), confirming: false };
     this.waiting.set(entry.owner, entry);
     const abandoned = () => this.leave(entry, false);
-    if (request.onStop) entry.wait.watch(request as Required<Pick<AcquireRequest, 'onStop'>>, abandoned);
+    if (isStoppable(request)) entry.wait.watch(request, abandoned);
     else entry.wait.listen(request.signal, abandoned);
     if (!entry.wait.isSettled) {
       const args = [entry.owner, ttlMs, mode, `${this.watches.staleAfter(entry.name, ttlMs)} ${this.host.clientId}`];

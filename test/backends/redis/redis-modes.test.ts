@@ -1,3 +1,4 @@
+import type { StoppableRequest } from '../../../lib/backends/built-in-backend';
 import assert from 'node:assert/strict';
 import { fork } from 'node:child_process';
 import path from 'node:path';
@@ -238,7 +239,8 @@ describe('redis read-write locks and semaphores', () => {
     // Stopped through onStop, as LockService stops its requests.
     const gate = await acquire(a, 'abort', 'write');
     let stopWatcher: { aborted(reason: unknown): void } | undefined;
-    const stopped = b.acquire({ key: 'abort', owner: owner('stopped'), ttlMs: TTL_MS, signal: new AbortController().signal, mode: 'read', onStop: (watcher) => (stopWatcher = watcher) });
+    const request: StoppableRequest = { key: 'abort', owner: owner('stopped'), ttlMs: TTL_MS, signal: new AbortController().signal, mode: 'read', onStop: (watcher) => (stopWatcher = watcher) };
+    const stopped = b.acquire(request);
     await waitingIs(a, 'abort', 1);
     stopWatcher!.aborted(new Error('stopped'));
     await assert.rejects(stopped, /stopped/);
