@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { LockConfigError, LockKeyError, LockModeError, LockTimeoutError, type LockBackend, type LockHandle, type LockService } from '../../lib';
 import { countingBackend } from '../support/counting-backend';
-import { sleep, type HoldInterval } from '../support/timing';
+import { eventually, sleep, type HoldInterval } from '../support/timing';
 
 /** What the primitive cases need from the lock contract's suite. */
 export interface PrimitiveContext {
@@ -173,16 +173,23 @@ export function primitiveCases(context: PrimitiveContext): void {
       const [a, b, c] = [await client(), await client(), await client()];
       const held = [await a.acquireSemaphore(key, 2), await b.acquireSemaphore(key, 2)];
       const order: number[] = [];
-      const waiters: Promise<void>[] = [];
+      const waiters: Promise<LockHandle>[] = [];
       for (let i = 0; i < 4; i++) {
-        waiters.push([a, b, c][i % 3].withSemaphore(key, 2, () => void order.push(i)));
+        const waiter = [a, b, c][i % 3].acquireSemaphore(key, 2, { waitTimeoutMs: 30_000 });
+        waiters.push(waiter.then((permit) => (order.push(i), permit)));
         await sleep(40);
       }
       assert.deepEqual(order, []);
-      await held[0].release();
-      await held[1].release();
-      await Promise.all(waiters);
-      assert.deepEqual(order, [0, 1, 2, 3]);
+      // One permit at a time goes back, and each time the longest waiter, and only it, gets it.
+      const freed = [held[0], held[1]];
+      for (let i = 0; i < 4; i++) {
+        await freed[i].release();
+        await eventually(() => order.length === i + 1, 10_000, `waiter ${i} granted`);
+        await sleep(30);
+        assert.deepEqual(order, [0, 1, 2, 3].slice(0, i + 1), `after ${i + 1} releases`);
+        freed.push(await waiters[i]);
+      }
+      for (const permit of freed.slice(2)) await permit.release();
     });
 
     it('tries a permit with waitTimeoutMs 0, and times out a full semaphore with LockTimeoutError', { skip: noModes }, async () => {
