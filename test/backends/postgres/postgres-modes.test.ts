@@ -163,7 +163,7 @@ describe('postgres: read locks and semaphores across processes', () => {
     await clients[2].release(grant);
   });
 
-  it('a permit holder that dies without releasing gives its permit back within its ttl and the re-check bound', async () => {
+  it('a permit holder that dies without releasing gives its permit back within its ttl and the re-check bound', async (t) => {
     const key = 'modes-crash';
     const child = fork(path.join(__dirname, 'postgres-permit-holder.js'), [postgres.url, key, String(CRASH_TTL_MS)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     const token = await new Promise<string>((resolve, reject) => {
@@ -176,7 +176,7 @@ describe('postgres: read locks and semaphores across processes', () => {
     child.kill('SIGKILL');
     const grant = await waiter;
     const backAfterMs = Math.round(performance.now() - grantedAt);
-    console.log(`# the dead holder's permit came back ${backAfterMs} ms after its grant (bound: ttl ${CRASH_TTL_MS} ms + ${AFTER_LEASE_BOUND_MS} ms)`);
+    t.diagnostic(`the dead holder's permit came back ${backAfterMs} ms after its grant (bound: ttl ${CRASH_TTL_MS} ms + ${AFTER_LEASE_BOUND_MS} ms)`);
     assert.ok(backAfterMs <= CRASH_TTL_MS + AFTER_LEASE_BOUND_MS, `the permit came back after ${backAfterMs} ms`);
     assert.ok(grant.fencingToken > BigInt(token));
     await clients[0].release(grant);
