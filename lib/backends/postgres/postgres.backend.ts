@@ -166,13 +166,17 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
   /** A read or permit entry goes to the server on its own (postgres-shared.ts); a write joins its name's batch. */
   override acquire(request: AcquireRequest): Promise<LockGrant> {
     if (request.mode === undefined || request.mode === 'write') return super.acquire(request);
-    if (!this.lifecycle.isOpen) return Promise.reject(this.lifecycle.closedWhileWaiting());
+    try {
+      this.lifecycle.assertOpen();
+    } catch (error) {
+      return Promise.reject(error);
+    }
     return this.shared.acquire(request);
   }
 
-  override tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+  override async tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
     if (request.mode === undefined || request.mode === 'write') return super.tryAcquire(request);
-    if (!this.lifecycle.isOpen) return Promise.reject(this.lifecycle.closedWhileWaiting());
+    this.lifecycle.assertOpen();
     return this.shared.tryAcquire(request);
   }
 

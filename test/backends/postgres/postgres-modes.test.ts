@@ -202,6 +202,47 @@ describe('postgres: read locks and semaphores across processes', () => {
     await clients[1].release(next);
   });
 
+  it('a writer that gives up from behind readers lets the reader queued behind it go', async () => {
+    const key = 'modes-writer-gives-up';
+    const reader = await ask(clients[0], key, 'read');
+    const controller = new AbortController();
+    const writer = ask(clients[1], key, 'write', { signal: controller.signal });
+    await eventually(async () => (await clients[0].inspect!(key)).waiting === 1, 5_000, 'the writer to queue');
+    const behind = ask(clients[2], key, 'read');
+    await eventually(async () => (await clients[0].inspect!(key)).waiting === 2, 5_000, 'the second reader to queue');
+    controller.abort(new Error('writer gave up'));
+    await assert.rejects(writer, /writer gave up/);
+    const startedAt = performance.now();
+    const granted = await behind;
+    // Far below the holders' 10 s leases: granted by the writer's leaving, not by a lease's end.
+    assert.ok(performance.now() - startedAt < 2_000, `the reader behind the writer waited ${Math.round(performance.now() - startedAt)} ms`);
+    assert.equal((await clients[0].inspect!(key)).holders?.length, 2);
+    await clients[2].release(granted);
+    await clients[0].release(reader);
+  });
+
+  it('a reader that gives up as the writer ahead hands over leaves nothing held or queued', async () => {
+    const key = 'modes-abort-race';
+    for (let round = 0; round < 20; round++) {
+      const writer = await ask(clients[0], key, 'write');
+      const controller = new AbortController();
+      // Granted before the abort, the caller holds and releases; after it, the backend must release.
+      const reader = ask(clients[1], key, 'read', { signal: controller.signal }).then(
+        (grant) => clients[1].release(grant),
+        () => undefined,
+      );
+      await eventually(async () => (await clients[0].inspect!(key)).waiting === 1, 5_000, 'the reader to queue');
+      const released = clients[0].release(writer);
+      await sleep(round % 5);
+      controller.abort(new Error('gave up'));
+      await released;
+      await reader;
+      // A grant that raced the abort is released: far sooner than the reader's 10 s lease would end.
+      await eventually(async () => !(await clients[0].inspect!(key)).held, 2_000, `the name to be free in round ${round}`);
+      assert.equal((await clients[0].inspect!(key)).waiting, 0);
+    }
+  });
+
   it('rejects a permit whose limit differs from one held or queued, naming the key and both limits', async () => {
     const key = 'modes-limit';
     const held = await ask(clients[0], key, 'permit', { limit: 2 });
