@@ -129,11 +129,6 @@ export class PostgresSharedEntries {
     return this.holding(entry, BigInt(row.granted_fence), sentAt + row.left_ms - entry.ttlMs);
   }
 
-  /** The grant is one of these entries'. */
-  owns(grant: LockGrant): grant is SharedGrant {
-    return grant instanceof SharedGrant;
-  }
-
   async renew(grant: SharedGrant, ttlMs: number): Promise<boolean> {
     const entry = this.held.get(grant.owner);
     if (entry?.grant !== grant) return false;

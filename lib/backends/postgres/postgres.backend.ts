@@ -34,7 +34,8 @@ const CREATE_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('nest-distribu
  * Locks in PostgreSQL as lease rows, not held connections: one row per held name (owner, fence
  * from a sequence, expiry on the database's clock), a FIFO queue table, and a hand-off in the
  * releasing statement that notifies the next waiter's process on its own channel. A process's
- * callers of one name share one queue entry (LocalQueues). See docs/postgres.md.
+ * write callers of one name share one queue entry (LocalQueues); a read or permit caller has an
+ * entry of its own in the same queue (PostgresSharedEntries). See docs/postgres.md.
  */
 export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implements LockBackend {
   readonly name = 'postgres';
@@ -166,22 +167,26 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
   /** A read or permit entry goes to the server on its own (postgres-shared.ts); a write joins its name's batch. */
   override acquire(request: AcquireRequest): Promise<LockGrant> {
     if (request.mode === undefined || request.mode === 'write') return super.acquire(request);
+    return this.whenOpen(() => this.shared.acquire(request));
+  }
+
+  override tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+    if (request.mode === undefined || request.mode === 'write') return super.tryAcquire(request);
+    return this.whenOpen(() => this.shared.tryAcquire(request));
+  }
+
+  override release(grant: LockGrant, validForMs?: number): Promise<void> {
+    return grant instanceof SharedGrant ? this.shared.release(grant) : super.release(grant, validForMs);
+  }
+
+  /** A read or permit call, rejected as the write path's are once the backend closed. */
+  private whenOpen<T>(run: () => Promise<T>): Promise<T> {
     try {
       this.lifecycle.assertOpen();
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.shared.acquire(request);
-  }
-
-  override async tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
-    if (request.mode === undefined || request.mode === 'write') return super.tryAcquire(request);
-    this.lifecycle.assertOpen();
-    return this.shared.tryAcquire(request);
-  }
-
-  override release(grant: LockGrant, validForMs?: number): Promise<void> {
-    return grant instanceof SharedGrant ? this.shared.release(grant) : super.release(grant, validForMs);
+    return run();
   }
 
   /** One statement: take the lock if it is free and nobody waits. */
