@@ -243,6 +243,18 @@ describe('postgres: read locks and semaphores across processes', () => {
     }
   });
 
+  it("close() ends a waiting entry's wait, fires a held entry's lost signal, and lets both go at the server", async () => {
+    const key = 'modes-close';
+    const closing = await createBackend({ type: 'postgres', url: postgres.url });
+    const permit = await ask(closing, key, 'permit', { limit: 1 });
+    const waiting = ask(closing, key, 'permit', { limit: 1 }).catch((error: unknown) => error);
+    await eventually(async () => (await clients[0].inspect!(key)).waiting === 1, 5_000, 'the second permit to queue');
+    await closing.close();
+    assert.equal(permit.lost.aborted, true, "the held permit's lost signal did not fire");
+    assert.match(String(await waiting), /closed while waiting/);
+    assert.deepEqual(await clients[0].inspect!(key), { held: false, waiting: 0 });
+  });
+
   it('rejects a permit whose limit differs from one held or queued, naming the key and both limits', async () => {
     const key = 'modes-limit';
     const held = await ask(clients[0], key, 'permit', { limit: 2 });
