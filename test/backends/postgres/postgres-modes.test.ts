@@ -135,6 +135,16 @@ describe('postgres: read locks and semaphores across processes', () => {
     for (const grant of [...grants.slice(1), granted]) await clients[0].release(grant);
   });
 
+  it('the readers of one process hold together', async () => {
+    const key = 'modes-one-process-read';
+    const readers = await Promise.all(Array.from({ length: 3 }, () => ask(clients[1], key, 'read')));
+    assert.deepEqual(
+      (await clients[0].inspect!(key)).holders?.map((holder) => holder.fencingToken),
+      readers.map((grant) => grant.fencingToken).sort((a, b) => (a < b ? -1 : 1)),
+    );
+    for (const grant of readers) await clients[1].release(grant);
+  });
+
   it('tokens strictly increase per key in grant order across modes', async () => {
     const key = 'modes-tokens';
     const tokens: bigint[] = [];
