@@ -61,6 +61,7 @@ class SharedEntry implements WaitingEntry {
 export class PostgresSharedEntries {
   /** Entries being queued or waiting, by entry: where a notified grant goes. */
   private readonly entries = new Map<string, SharedEntry>();
+  /** Held entries, by their caller's owner id: what renew and release act on. */
   private readonly held = new Map<string, SharedEntry>();
   private readonly safetyNet: PostgresSafetyNet<SharedEntry>;
   private seq = 0;
