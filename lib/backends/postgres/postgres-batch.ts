@@ -1,6 +1,13 @@
 import { Batch, type QueuedCaller } from '../local-queue/batch';
 
 /**
+ * A grant whose lease, counted from a moment known to precede it, has less than this share of its
+ * ttl left is confirmed (renewed) before its caller gets it: the first renewal comes a third of
+ * the ttl after the grant, too late for a shorter remainder.
+ */
+export const LATE_GRANT_SHARE = 1 / 3;
+
+/**
  * A batch of this process's callers (see Batch) behind one entry in the database's queue. Its
  * entry token is the sequence value the database granted it with, so the n-th caller's token is
  * `(sequence value << 16) + n`.

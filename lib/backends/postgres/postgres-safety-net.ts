@@ -1,8 +1,6 @@
 import { Logger } from '@nestjs/common';
 import type { ServerClock } from '../server-clock';
-import type { PostgresBatch } from './postgres-batch';
-import type { PostgresCalls } from './postgres-calls';
-import type { CheckRow, Statements } from './postgres-statements';
+import type { CheckRow } from './postgres-statements';
 
 const logger = new Logger('DistributedLock');
 
@@ -11,14 +9,25 @@ const AFTER_LEASE_MS = 25;
 /** A check that failed is tried again this soon. */
 const RETRY_MS = 250;
 
-export interface SafetyNetEvents {
+/** What the safety net needs of a waiting entry: a batch of write callers, or a read or permit entry. */
+export interface WaitingEntry {
+  readonly name: string;
+  readonly state: string;
+  /** The local time after which the current holder's lease has surely ended at the server: check then. */
+  holderEndsAt: number;
+  /** When the entry's liveness was last refreshed at the server (queued, or checked). */
+  refreshedAt: number;
+  readonly aliveMs: number;
+}
+
+export interface SafetyNetEvents<E extends WaitingEntry> {
   /** The check found the entry holding the lock, with `leftMs` of its lease left at local time `leaseEndsAfter - leftMs`. */
-  granted(batch: PostgresBatch, fence: bigint, leaseEndsAfter: number): void;
+  granted(batch: E, fence: bigint, leaseEndsAfter: number): void;
   /**
    * The entry's callers left while the check was on its way: the check may have queued it again
    * (or found it granted) after it left, so it leaves once more.
    */
-  left(batch: PostgresBatch): void;
+  left(batch: E): void;
 }
 
 /**
@@ -28,7 +37,7 @@ export interface SafetyNetEvents {
  * LISTEN connection that dropped). It runs at the end of the current holders' leases, at a third
  * of the entries' liveness, and whenever LISTEN is back in place.
  */
-export class PostgresSafetyNet {
+export class PostgresSafetyNet<E extends WaitingEntry> {
   private timer?: NodeJS.Timeout;
   private dueAt = Infinity;
   private running = false;
@@ -38,12 +47,11 @@ export class PostgresSafetyNet {
   private failing = false;
 
   constructor(
-    private readonly calls: PostgresCalls,
-    private readonly sql: Statements,
-    private readonly channel: string,
+    /** One statement that checks every entry given (sorted by name), answering a row per entry in their order. */
+    private readonly run: (entries: E[]) => Promise<CheckRow[]>,
     private readonly clock: ServerClock,
-    private readonly waiting: () => Iterable<PostgresBatch>,
-    private readonly events: SafetyNetEvents,
+    private readonly waiting: () => Iterable<E>,
+    private readonly events: SafetyNetEvents<E>,
   ) {}
 
   /** Re-arms the timer for the earliest check any waiting entry needs. */
@@ -85,13 +93,7 @@ export class PostgresSafetyNet {
     this.running = true;
     const sentAt = performance.now();
     try {
-      const rows = await this.calls.query<CheckRow>('check the queue', this.sql.check, [
-        batches.map((batch) => batch.name),
-        batches.map((batch) => batch.entry),
-        batches.map((batch) => batch.ttlMs),
-        batches.map((batch) => batch.aliveMs),
-        this.channel,
-      ]);
+      const rows = await this.run(batches);
       this.failing = false;
       const now = performance.now();
       for (const [i, row] of rows.entries()) {

@@ -1,3 +1,5 @@
+import { modesDdl } from './postgres-modes-schema';
+
 /** Where the backend keeps its locks: `schema`.`table`, and the objects named after the table. */
 export interface PostgresNames {
   readonly schema: string;
@@ -18,6 +20,14 @@ export function sqlNames({ schema, table }: PostgresNames) {
     grantNext: name('_grant_next'),
     acquire: name('_acquire'),
     release: name('_release'),
+    holders: name('_holders'),
+    hold: name('_hold'),
+    admit: name('_admit'),
+    settle: name('_settle'),
+    acquireShared: name('_acquire_shared'),
+    releaseShared: name('_release_shared'),
+    renewShared: name('_renew_shared'),
+    forceRelease: name('_force_release'),
   };
 }
 
@@ -41,7 +51,7 @@ export function schemaDdl(names: PostgresNames): string {
 CREATE SCHEMA IF NOT EXISTS "${names.schema}";
 
 -- One row per lock name: its holder (an entry of the queue below, or a caller that took it
--- outright), its fencing token and the end of its lease on the database's clock. owner NULL: free,
+-- outright; '' while read or permit entries hold it, listed in the holders table), its fencing token and the end of its lease on the database's clock. owner NULL: free,
 -- and nobody waits. contended: an entry was queued since the name was last free with nobody
 -- waiting (false: the queue of the name is empty). A release keeps the row: an update in place of
 -- columns no index covers (a HOT update, hence the room left in each page); rows free for a while
@@ -70,8 +80,9 @@ CREATE INDEX IF NOT EXISTS "${names.table}_queue_by_owner" ON ${n.queue} (owner)
 -- Fencing tokens: a sequence never goes back, not even after a crash and restart.
 CREATE SEQUENCE IF NOT EXISTS ${n.fence};
 
--- The first live waiter of the name gets the lock (the caller holds the name's row lock): a new
--- token, a lease of its ttl, and one notification on its process's channel. NULL: nobody waits.
+-- The first live waiter of the name gets the lock (the caller holds the name's row lock, and nothing
+-- holds the name): a new token, a lease of its ttl, and one notification on its process's channel;
+-- a read or permit entry first is granted with the entries behind it that may go (admit). NULL: nobody waits.
 CREATE OR REPLACE FUNCTION ${n.grantNext}(p_name text, t timestamptz) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -83,6 +94,14 @@ BEGIN
   ) RETURNING * INTO next_waiter;
   IF NOT FOUND THEN
     RETURN NULL;
+  END IF;
+  IF next_waiter.mode IS NOT NULL THEN
+    -- A read or permit entry first (nothing holds): the row stands for shared holders from now on.
+    DELETE FROM ${n.holders} WHERE name = p_name;
+    UPDATE ${n.locks} SET owner = '', expires_at = t, contended = true WHERE name = p_name;
+    PERFORM pg_notify(next_waiter.channel, next_waiter.owner || ' ' || ${n.hold}(p_name, next_waiter.owner, next_waiter.mode, next_waiter.lim, next_waiter.ttl_ms, t) || ' ' || ${epochMs('t')});
+    PERFORM ${n.admit}(p_name, t);
+    RETURN next_waiter.owner;
   END IF;
   UPDATE ${n.locks} SET owner = next_waiter.owner, fence = nextval(${n.fenceLiteral}), expires_at = t + ${ms('next_waiter.ttl_ms')}
     WHERE name = p_name RETURNING fence INTO granted;
@@ -163,6 +182,10 @@ BEGIN
   SELECT owner INTO current_owner FROM ${n.locks} WHERE name = p_name FOR UPDATE;
   IF current_owner IS DISTINCT FROM p_owner THEN
     DELETE FROM ${n.queue} WHERE owner = p_owner AND name = p_name;
+    -- A writer that leaves from behind shared holders may have held back the entries behind it.
+    IF FOUND AND current_owner = '' THEN
+      PERFORM ${n.settle}(p_name, clock_timestamp());
+    END IF;
     RETURN NULL;
   END IF;
   handed_to := ${n.grantNext}(p_name, clock_timestamp());
@@ -172,7 +195,7 @@ BEGIN
   END IF;
   RETURN handed_to;
 END $$;
-`;
+${modesDdl(n)}`;
 }
 
 /** The DDL for a migration, for `{ schema, table }` as given to the backend (defaults: public, distributed_locks). */

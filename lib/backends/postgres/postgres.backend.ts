@@ -8,7 +8,7 @@ import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../
 import { loadPeer } from '../load-peer';
 import { LocalQueueBackend } from '../local-queue/local-queue-backend';
 import { ServerClock } from '../server-clock';
-import { PostgresBatch } from './postgres-batch';
+import { LATE_GRANT_SHARE, PostgresBatch } from './postgres-batch';
 import { PostgresCalls } from './postgres-calls';
 import { StatementCoalescer } from './postgres-coalescer';
 import { PostgresListener } from './postgres-listener';
@@ -16,16 +16,12 @@ import { PostgresInspector } from './postgres-inspect';
 import { namesOf, postgresAddress, validatePostgresOptions, type PostgresBackendOptions } from './postgres-options';
 import { schemaDdl } from './postgres-schema';
 import { PostgresSafetyNet } from './postgres-safety-net';
-import { statements, type AcquireRow, type Statements } from './postgres-statements';
+import { sharedStatements } from './postgres-modes-statements';
+import { PostgresSharedEntries, SharedGrant } from './postgres-shared';
+import { statements, type AcquireRow, type CheckRow, type Statements } from './postgres-statements';
 
 const logger = new Logger('DistributedLock');
 
-/**
- * A grant whose lease, counted from a moment known to precede it, has less than this share of its
- * ttl left is confirmed (renewed) before its caller gets it: the first renewal comes a third of
- * the ttl after the grant, too late for a shorter remainder.
- */
-const LATE_GRANT_SHARE = 1 / 3;
 /**
  * Processes that start together would race in CREATE ... IF NOT EXISTS (a duplicate catalog row);
  * the schema is created in one implicit transaction, behind this lock.
@@ -38,10 +34,12 @@ const CREATE_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('nest-distribu
  * Locks in PostgreSQL as lease rows, not held connections: one row per held name (owner, fence
  * from a sequence, expiry on the database's clock), a FIFO queue table, and a hand-off in the
  * releasing statement that notifies the next waiter's process on its own channel. A process's
- * callers of one name share one queue entry (LocalQueues). See docs/postgres.md.
+ * write callers of one name share one queue entry (LocalQueues); a read or permit caller has an
+ * entry of its own in the same queue (PostgresSharedEntries). See docs/postgres.md.
  */
 export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implements LockBackend {
   readonly name = 'postgres';
+  readonly modes = ['write', 'read', 'permit'] as const;
   readonly maxKeyBytes = 1024;
   readonly address: string;
   /** Names this process's channel and entries: 72 random bits. */
@@ -54,13 +52,15 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
   private readonly closing = new AbortController();
   /** Entries being queued or waiting at the server, by entry owner: where a notified grant goes. */
   private readonly entries = new Map<string, PostgresBatch>();
-  private readonly safetyNet: PostgresSafetyNet;
+  private readonly safetyNet: PostgresSafetyNet<PostgresBatch>;
   /** Entries queued, and entries released, by many callers at once share statements (a burst of distinct names). */
   private readonly queueing: StatementCoalescer<PostgresBatch, AcquireRow>;
   private readonly releasing: StatementCoalescer<PostgresBatch, unknown>;
   private readonly startupWarning: NodeJS.Timeout;
   private readonly inspector: PostgresInspector;
   private readonly sweeper: NodeJS.Timeout;
+  /** Read and permit entries, one per caller, outside the write callers' LocalQueues. */
+  private readonly shared: PostgresSharedEntries;
 
   constructor(
     private readonly pool: Pool,
@@ -75,16 +75,32 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     this.address = address;
     const names = namesOf(options);
     this.sql = statements(names);
+    const sharedSql = sharedStatements(names);
     this.calls = new PostgresCalls(pool, this.address, settings.serverTimeoutMs, options.createSchema === false ? async () => undefined : once(() => pool.query(CREATE_SCHEMA_LOCK + schemaDdl(names)).then(() => undefined)), [
       this.sql.acquire,
       this.sql.release,
       this.sql.renew,
+      sharedSql.acquire,
+      sharedSql.release,
+      sharedSql.renew,
     ]);
     this.inspector = new PostgresInspector(this.calls, names);
-    this.safetyNet = new PostgresSafetyNet(this.calls, this.sql, `lock_${this.clientId}`, this.clock, () => this.waitingEntries(), {
-      granted: (batch, fence, leaseEndsAfter) => this.granted(batch, fence, leaseEndsAfter - batch.ttlMs),
-      left: (batch) => void this.letGo(batch),
-    });
+    this.safetyNet = new PostgresSafetyNet<PostgresBatch>(
+      (batches) =>
+        this.calls.query<CheckRow>('check the queue', this.sql.check, [
+          batches.map((batch) => batch.name),
+          batches.map((batch) => batch.entry),
+          batches.map((batch) => batch.ttlMs),
+          batches.map((batch) => batch.aliveMs),
+          `lock_${this.clientId}`,
+        ]),
+      this.clock,
+      () => this.waitingEntries(),
+      {
+        granted: (batch, fence, leaseEndsAfter) => this.granted(batch, fence, leaseEndsAfter - batch.ttlMs),
+        left: (batch) => void this.letGo(batch),
+      },
+    );
     // A lone row goes as the plain statement: arrays and unnest cost the server more than the call itself.
     this.queueing = new StatementCoalescer(
       (batch) => this.calls.queryOne<AcquireRow>('queue for a lock', this.sql.acquire, [batch.name, batch.entry, this.listener.channel, batch.ttlMs, batch.aliveMs, true]),
@@ -106,9 +122,13 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     const { Client } = loadPeer<typeof import('pg')>('pg', 'postgres');
     this.listener = new PostgresListener(Client, { ...listenConfig, keepAlive: true, connectionTimeoutMillis: settings.serverTimeoutMs }, `lock_${this.clientId}`, {
       notified: (payload) => this.notified(payload),
-      resumed: () => this.safetyNet.checkNow(),
+      resumed: () => {
+        this.safetyNet.checkNow();
+        this.shared.resumed();
+      },
       failed: (error) => this.calls.failed(error),
     });
+    this.shared = new PostgresSharedEntries(sharedSql, this.calls, this.clock, this.listener, this.clientId, this.closing.signal);
     this.startupWarning = setTimeout(() => {
       if (this.listener.isListening || !this.lifecycle.isOpen) return;
       const why = this.calls.unreachable();
@@ -118,7 +138,10 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
       );
     }, settings.serverTimeoutMs);
     this.startupWarning.unref();
-    this.sweeper = setInterval(() => void this.calls.query('sweep free lock rows', this.sql.sweep, [SWEEP_EVERY_MS]).catch(() => undefined), SWEEP_EVERY_MS);
+    this.sweeper = setInterval(() => {
+      void this.calls.query('sweep free lock rows', this.sql.sweep, [SWEEP_EVERY_MS]).catch(() => undefined);
+      void this.calls.query('sweep ended shared leases', sharedSql.sweep, [SWEEP_EVERY_MS]).catch(() => undefined);
+    }, SWEEP_EVERY_MS);
     this.sweeper.unref();
   }
 
@@ -139,6 +162,31 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
   async ping(): Promise<void> {
     this.lifecycle.assertOpen();
     await this.calls.query('answer a ping', 'SELECT 1', []);
+  }
+
+  /** A read or permit entry goes to the server on its own (postgres-shared.ts); a write joins its name's batch. */
+  override acquire(request: AcquireRequest): Promise<LockGrant> {
+    if (request.mode === undefined || request.mode === 'write') return super.acquire(request);
+    return this.whenOpen(() => this.shared.acquire(request));
+  }
+
+  override tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+    if (request.mode === undefined || request.mode === 'write') return super.tryAcquire(request);
+    return this.whenOpen(() => this.shared.tryAcquire(request));
+  }
+
+  override release(grant: LockGrant, validForMs?: number): Promise<void> {
+    return grant instanceof SharedGrant ? this.shared.release(grant) : super.release(grant, validForMs);
+  }
+
+  /** A read or permit call, rejected as the write path's are once the backend closed. */
+  private whenOpen<T>(run: () => Promise<T>): Promise<T> {
+    try {
+      this.lifecycle.assertOpen();
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return run();
   }
 
   /** One statement: take the lock if it is free and nobody waits. */
@@ -164,6 +212,7 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
 
   /** One owner-checked UPDATE of the entry's row: false when the lease is no longer ours. */
   async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
+    if (grant instanceof SharedGrant) return this.shared.renew(grant, ttlMs);
     const held = this.heldFor(grant);
     if (!held || held.batch.lost) return false;
     if (await this.renewRow(held.batch, Math.ceil(ttlMs), 'renew a lock')) return true;
@@ -178,7 +227,8 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     clearInterval(this.sweeper);
     this.queues.closeAll(this.lifecycle.closedWhileWaiting());
     this.closing.abort(this.lifecycle.closedWhileHeld());
-    const releases = [...new Set([...this.held.values()].map((held) => held.batch))].map((batch) => this.letGo(batch));
+    const releases = [...new Set([...this.held.values()].map((held) => held.batch))].map((batch): Promise<unknown> => this.letGo(batch));
+    releases.push(this.shared.close(this.lifecycle.closedWhileWaiting()));
     this.held.clear();
     this.safetyNet.stop();
     this.listener.close();
@@ -282,6 +332,7 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
   private notified(payload: string): void {
     const [entry, fence, serverMs] = payload.split(' ');
     const batch = this.entries.get(entry);
+    if (!batch && this.shared.notified(entry, fence ?? '', serverMs)) return;
     if (!batch || !/^\d+$/.test(fence ?? '')) return; // an entry that left: its release statement hands the lock on
     if (batch.state === 'sending') batch.earlyGrant = { fence: BigInt(fence), serverMs: Number(serverMs) };
     else if (batch.state === 'queued') this.granted(batch, BigInt(fence), Math.max(batch.askedAt, this.clock.earliestLocal(Number(serverMs))));

@@ -68,4 +68,28 @@ describe('postgres backend through PgBouncer in transaction mode', () => {
     assert.equal(intervals.length, 60);
     assertExclusive(intervals, { tokens: true });
   });
+
+  it('grants read and permit entries through it: readers of two clients hold at once, a third permit of two waits for a release', async () => {
+    const backends = await Promise.all([0, 1].map(() => createBackend({ type: 'postgres', url: bouncer.url, listenUrl: postgres.url })));
+    try {
+      const ask = (i: number, key: string, mode: 'read' | 'permit') => backends[i].acquire({ key, owner: `bouncer-${key}-${Math.random()}`, ttlMs: 10_000, signal: new AbortController().signal, mode, limit: mode === 'permit' ? 2 : undefined });
+      const readers = await Promise.all([ask(0, 'bouncer-read', 'read'), ask(1, 'bouncer-read', 'read')]);
+      assert.equal((await backends[0].inspect!('bouncer-read')).holders?.length, 2);
+      const permits = await Promise.all([ask(0, 'bouncer-permit', 'permit'), ask(1, 'bouncer-permit', 'permit')]);
+      let third = false;
+      const waiting = ask(0, 'bouncer-permit', 'permit').then((grant) => ((third = true), grant));
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      assert.equal(third, false, 'a third permit of two was granted');
+      await backends[1].release(permits[1]);
+      const granted = await waiting;
+      assert.ok(granted.fencingToken > permits[1].fencingToken);
+      await backends[0].release(readers[0]);
+      await backends[1].release(readers[1]);
+      await backends[0].release(permits[0]);
+      await backends[0].release(granted);
+      assert.deepEqual(await backends[1].inspect!('bouncer-permit'), { held: false, waiting: 0 });
+    } finally {
+      await Promise.all(backends.map((backend) => backend.close()));
+    }
+  });
 });
