@@ -104,10 +104,13 @@ export class EtcdModeAcquisition {
     this.unwatch();
     this.watching = target;
     const builder = this.client.watch();
+    // etcd's watch filters only exclude: a watch of puts and deletes has none.
     const watcher =
-      decision.kind === 'key'
-        ? builder.key(decision.key.key).only(...(decision.orMarked ? (['put', 'delete'] as const) : (['delete'] as const))).watcher()
-        : builder.prefix(this.keys.start).only('delete').withPreviousKV().watcher();
+      decision.kind === 'any-delete'
+        ? builder.prefix(this.keys.start).only('delete').withPreviousKV().watcher()
+        : decision.orMarked
+          ? builder.key(decision.key.key).watcher()
+          : builder.key(decision.key.key).only('delete').watcher();
     this.watcher = watcher;
     this.armSafetyNet(watcher);
     let connections = 0;

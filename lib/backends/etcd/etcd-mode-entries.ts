@@ -135,6 +135,7 @@ export class EtcdModeEntries {
         if (wait.isSettled) return;
         if (!lifecycle.isOpen) return void wait.reject(lifecycle.closedWhileWaiting());
         const keys = session.entryKeys(request.key);
+        let notFree = false;
         const acquisition = new EtcdModeAcquisition(
           request.key,
           this.context.client,
@@ -151,14 +152,18 @@ export class EtcdModeEntries {
             },
             failed: (error) => {
               this.waiting.delete(acquisition);
-              if (error === NOT_FREE) return void wait.resolve(null);
+              // A try that would wait answers null once its entry is deleted (cleanup).
+              if (error === NOT_FREE) return void (notFree = true);
               if (retry && !acquisition.queued && !wait.isSettled && this.context.sessionDropped(session, error)) {
                 return this.begin(request, wait, onlyIfFree, started, false);
               }
               wait.reject(error);
             },
-            cleanup: (revision) =>
-              revision === undefined ? this.context.deletes.deleteUnsure(keys, session) : void this.context.deletes.delete(keys, revision, session).catch(() => undefined),
+            cleanup: (revision) => {
+              if (revision === undefined) return this.context.deletes.deleteUnsure(keys, session);
+              const deleted = this.context.deletes.delete(keys, revision, session).catch(() => undefined);
+              if (notFree) void deleted.then(() => wait.resolve(null));
+            },
           },
           this.context.safetyNetMs,
           onlyIfFree,
