@@ -5,7 +5,7 @@ import type { AcquireRequest, EntryMode, LockBackend, LockGrant } from '../../..
 import { createBackend } from '../../../lib/backends/registry';
 import { TcpProxy } from '../../support/tcp-proxy';
 import { eventually, sleep } from '../../support/timing';
-import { etcdFixture, within } from './etcd-test-kit';
+import { etcdFixture, txnKind, within } from './etcd-test-kit';
 
 /** One grant's hold, as the test saw it: from the grant's arrival to just before its release was sent. */
 interface Hold {
@@ -153,6 +153,41 @@ describe('etcd backend: read locks and semaphores', () => {
     assert.ok(most <= 3, `${most} permits held at once with a limit of 3`);
     assert.equal(most, 3, `the semaphore never reached 3 holders (at most ${most})`);
     assertTokensFollowGrants(holds);
+  });
+
+  it('a release wakes the first waiting permit, whose grant wakes the one behind it: not every waiter', async () => {
+    const key = newKey();
+    const holders = await processClient();
+    const [p1, p2] = await Promise.all(['p1', 'p2'].map((owner) => holders.acquire(ask(key, owner, 'permit', 2))));
+    let reads = 0;
+    const waiters: Array<Promise<LockGrant>> = [];
+    const granted: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      // A process of its own per waiter, on a client whose reads are counted.
+      const client = etcd.client();
+      const txn = client.kv.txn.bind(client.kv);
+      client.kv.txn = (request, options) => ((reads += txnKind(request) === 'read' ? 1 : 0), txn(request, options));
+      const backend = await createBackend({ type: 'etcd', client }, { ttlMs: 30_000, serverTimeoutMs: 5_000 });
+      etcd.backends.push(backend);
+      const owner = `w${i}`;
+      const waiting = backend.acquire(ask(key, owner, 'permit', 2)).then((grant) => (granted.push(owner), grant));
+      // The waiters left at the end are ended by their backends' close.
+      waiting.catch(() => undefined);
+      waiters.push(waiting);
+      await eventually(async () => (await holders.inspect!(key)).waiting === i + 1, 5_000, `waiter ${i} queued`);
+    }
+    await sleep(300);
+    reads = 0;
+    await holders.release(p1);
+    await within(waiters[0], 1_000, 'the first waiter after a release');
+    await sleep(300);
+    // The first waiter's wake-up read, and the second's after the first marked its grant.
+    assert.ok(reads <= 2, `${reads} reads by waiters after one release`);
+    assert.deepEqual(granted, ['w0']);
+    // The second waiter, now first, watches every deletion ahead: the other holder's release grants it.
+    await holders.release(p2);
+    await within(waiters[1], 1_000, 'the second waiter after the next release');
+    assert.deepEqual(granted, ['w0', 'w1']);
   });
 
   it("gives a holder's permit back within the session ttl plus 1.5 s when its process is cut off from etcd", async () => {
