@@ -4,7 +4,7 @@ import { LockConfigError } from '../../../lib';
 import type { AcquireRequest, EntryMode, LockBackend, LockGrant } from '../../../lib/backends/lock-backend.interface';
 import { createBackend } from '../../../lib/backends/registry';
 import { TcpProxy } from '../../support/tcp-proxy';
-import { eventually, sleep } from '../../support/timing';
+import { abortedWithin, eventually, sleep } from '../../support/timing';
 import { etcdFixture, txnKind, within } from './etcd-test-kit';
 
 /** One grant's hold, as the test saw it: from the grant's arrival to just before its release was sent. */
@@ -234,6 +234,26 @@ describe('etcd backend: read locks and semaphores', () => {
       const next = await within(b.acquire(ask(key, `next-${mode}`, 'write')), 2_000, 'the next caller');
       await b.release(next);
     }
+  });
+
+  it("fires a read or permit grant's lost signal when its session is lost and on close, and ends the waits", async () => {
+    const key = newKey();
+    // A 3 s session sends a keepalive every second: the revoke below is heard within about that.
+    const lossy = await processClient({ ttlMs: 3_000 });
+    const reader = await lossy.acquire(ask(key, 'lossy-reader', 'read'));
+    await etcd.admin.leaseClient.leaseRevoke({ ID: await etcd.leaseOf(key) });
+    await abortedWithin(reader.lost, 3_000);
+    assert.equal(await lossy.renew(reader, 30_000), false);
+
+    const closing = await processClient();
+    const permit = await closing.acquire(ask(key, 'closing-permit', 'permit', 1));
+    const waiting = closing.acquire(ask(key, 'closing-waiter', 'permit', 1));
+    await eventually(async () => (await lossy.inspect!(key)).waiting === 1, 5_000, 'the second permit queued');
+    const ended = assert.rejects(within(waiting, 1_000, 'the wait ended by close'), /closed while waiting/);
+    await closing.close();
+    assert.ok(permit.lost.aborted, 'close did not fire the held permit\'s lost signal');
+    await ended;
+    assert.deepEqual(await lossy.inspect!(key), { held: false, waiting: 0 });
   });
 
   it('rejects a permit whose limit differs from that of a permit queued or held, naming the key and both limits', async () => {
