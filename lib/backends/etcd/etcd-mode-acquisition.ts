@@ -74,7 +74,11 @@ export class EtcdModeAcquisition {
     if (this.state === 'failed') return this.outcome.cleanup(this.revision);
     if (this.revision === undefined) return this.fail(this.sessionLost());
     if (!response.succeeded) return void this.recheck();
-    this.evaluate(rangeKvs(response, 1).filter((kv) => createRevision(kv) < this.revision!), BigInt(response.header.revision));
+    const ahead = rangeKvs(response, 1).filter((kv) => createRevision(kv) < this.revision!);
+    // The permits queued or held when we arrived: a later reread may see a permit that is about to reject itself.
+    const other = this.entry.mode === 'permit' ? conflictingLimit(this.entry.limit!, ahead) : undefined;
+    if (other !== undefined) return this.fail(limitMismatch(this.name, this.entry.limit!, other));
+    this.evaluate(ahead, BigInt(response.header.revision));
   }
 
   /** Gives up waiting (abort, session lost, backend closed). */
@@ -83,10 +87,6 @@ export class EtcdModeAcquisition {
   }
 
   private evaluate(ahead: IKeyValue[], readRevision: bigint): void {
-    if (this.entry.mode === 'permit') {
-      const other = conflictingLimit(this.entry.limit!, ahead);
-      if (other !== undefined) return this.fail(limitMismatch(this.name, this.entry.limit!, other));
-    }
     const decision = decide(this.entry.mode, this.entry.limit ?? 0, ahead);
     if (decision.kind === 'grant') return this.grant();
     if (this.onlyIfFree) return this.fail(NOT_FREE);
