@@ -41,7 +41,8 @@ export interface EtcdBackendConfig {
  * (per process), a key per queued batch of callers under the lock name's prefix, the lowest
  * create revision holds, each batch watches only its predecessor. A process's callers of one
  * name share a key (LocalQueues); the fencing token is the key's create revision shifted left by
- * 16 bits, plus the caller's turn under that key.
+ * 16 bits, plus the caller's turn under that key. Read and permit entries are keys of their own in
+ * the same queue, one per caller (EtcdModeEntries).
  */
 export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGrant> implements LockBackend {
   readonly name = 'etcd';

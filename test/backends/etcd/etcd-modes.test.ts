@@ -179,14 +179,15 @@ describe('etcd backend: read locks and semaphores', () => {
     await sleep(300);
     reads = 0;
     await holders.release(p1);
-    await within(waiters[0], 1_000, 'the first waiter after a release');
+    // Well under the 5 s safety net of a 30 s session: a missed wake-up fails here.
+    await within(waiters[0], 2_000, 'the first waiter after a release');
     await sleep(300);
     // The first waiter's wake-up read, and the second's after the first marked its grant.
     assert.ok(reads <= 2, `${reads} reads by waiters after one release`);
     assert.deepEqual(granted, ['w0']);
     // The second waiter, now first, watches every deletion ahead: the other holder's release grants it.
     await holders.release(p2);
-    await within(waiters[1], 1_000, 'the second waiter after the next release');
+    await within(waiters[1], 2_000, 'the second waiter after the next release');
     assert.deepEqual(granted, ['w0', 'w1']);
   });
 
