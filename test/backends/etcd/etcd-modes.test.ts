@@ -257,6 +257,27 @@ describe('etcd backend: read locks and semaphores', () => {
     assert.deepEqual(await lossy.inspect!(key), { held: false, waiting: 0 });
   });
 
+  it('a wait aborted as the lock frees up leaves nothing held or queued, whichever came first', async () => {
+    const [a, b] = await Promise.all([processClient(), processClient()]);
+    for (let round = 0; round < 10; round++) {
+      const key = newKey();
+      const mode = round % 2 === 0 ? 'read' : 'permit';
+      const blocker = await a.acquire(ask(key, `blocker-${round}`, mode === 'read' ? 'write' : 'permit', 1));
+      const stop = new AbortController();
+      const waiting = b.acquire(ask(key, `racer-${round}`, mode, 1, stop.signal)).catch(() => undefined);
+      await eventually(async () => (await a.inspect!(key)).waiting === 1, 5_000, `racer ${round} queued`);
+      // The abort lands while the wake-up read is in flight, or before it, or after the grant.
+      const released = a.release(blocker);
+      await sleep(round);
+      stop.abort(new Error('gave up'));
+      await released;
+      const won = await waiting;
+      if (won) await b.release(won);
+      await eventually(async () => !(await a.inspect!(key)).held, 2_000, `round ${round}: a grant left held`);
+      assert.deepEqual(await a.inspect!(key), { held: false, waiting: 0 });
+    }
+  });
+
   it('rejects a permit whose limit differs from that of a permit queued or held, naming the key and both limits', async () => {
     const [a, b] = await Promise.all([processClient(), processClient()]);
     const key = newKey();
