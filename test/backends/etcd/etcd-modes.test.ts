@@ -20,7 +20,7 @@ interface Hold {
  * Read locks and semaphores on etcd, against a real server, with several backends standing for
  * several processes, called directly (no LockService): readers share, a writer is alone, a
  * reader behind a queued writer waits for it, a semaphore never passes its limit and reaches it,
- * a crashed holder's permit comes back within the session ttl, tokens follow the grant order.
+ * a cut-off holder's permit comes back within the session ttl, tokens follow the grant order.
  */
 describe('etcd backend: read locks and semaphores', () => {
   const etcd = etcdFixture();
