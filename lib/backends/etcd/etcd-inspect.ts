@@ -1,24 +1,25 @@
 import type { Etcd3, IKeyValue, ITxnRequest } from 'etcd3';
-import type { LockInspection } from '../lock-backend.interface';
+import type { LockHolder, LockInspection } from '../lock-backend.interface';
 import { batchToken } from '../local-queue/batch';
 import type { EtcdCalls } from './etcd-calls';
+import { decide, decodeEntry } from './entry-modes';
 import { contenderRange } from './etcd-keys';
 import { rangeKvs } from './etcd-requests';
 
 /**
- * One read of a lock name's queue: its lowest key (the holder) and, in the same range's count,
- * how many keys there are. The range makes etcd serve it linearizably (see etcd-requests).
+ * One read of a lock name's whole queue, oldest first, with the values (each entry's mode). The
+ * range makes etcd serve it linearizably (see etcd-requests).
  */
 function queueTxn(name: string): ITxnRequest {
   const { start, end } = contenderRange(name);
   return {
     compare: [],
-    success: [{ request_range: { key: start, range_end: end, sort_target: 'Create', sort_order: 'Ascend', limit: 1, keys_only: true } }],
+    success: [{ request_range: { key: start, range_end: end, sort_target: 'Create', sort_order: 'Ascend' } }],
     failure: [],
   };
 }
 
-/** Deletes the holder's key only if it is still the one read (same create revision): never its successor. */
+/** Deletes a holder's key only if it is still the one read (same create revision): never its successor. */
 function deleteHolderTxn(holder: IKeyValue): ITxnRequest {
   return {
     compare: [{ key: holder.key, target: 'Create', result: 'Equal', create_revision: holder.create_revision }],
@@ -27,12 +28,25 @@ function deleteHolderTxn(holder: IKeyValue): ITxnRequest {
   };
 }
 
+/** The entries the grant rule lets go now: each is judged on the entries ahead of it (decide). */
+function holdersOf(queue: readonly IKeyValue[]): IKeyValue[] {
+  const holders: IKeyValue[] = [];
+  for (let i = 0; i < queue.length; i++) {
+    const value = decodeEntry(queue[i]);
+    const granted = value.mode === 'write' ? i === 0 : decide(value.mode, value.limit ?? 0, queue.slice(0, i)).kind === 'grant';
+    if (granted) holders.push(queue[i]);
+  }
+  return holders;
+}
+
 /**
- * Operators' view of a lock name at etcd, read from etcd alone: the key with the lowest create
- * revision holds, every other key under the name is a waiting entry (one per queued batch of a
- * process: etcd cannot see how many callers a batch holds). The holder's owner is its key
- * below the name, `<session lease id, hex>/<entry id>`; its token the one its entry's first
- * turn got, `create revision << 16` (later turns of the same batch are never written to etcd).
+ * Operators' view of a lock name at etcd, read from etcd alone: every entry the grant rule lets
+ * go holds (the lowest key alone for a write; every reader with no write entry ahead; the first
+ * `limit` permits), every other key under the name is a waiting entry (a write entry is one
+ * queued batch of a process: etcd cannot see how many callers a batch holds). A write holder's
+ * owner is its key below the name, `<session lease id, hex>/<entry id>`, and its token the one
+ * its entry's first turn got, `create revision << 16` (later turns of the same batch are never
+ * written to etcd); a read or permit holder's owner is the caller's, kept in its value.
  */
 export class EtcdInspector {
   constructor(
@@ -40,31 +54,44 @@ export class EtcdInspector {
     private readonly calls: EtcdCalls,
   ) {}
 
-  /** One read, plus one LeaseTimeToLive for `expiresInMs` when the lock is held. */
+  /** One read, plus one LeaseTimeToLive per holder's session for `expiresInMs`. */
   async inspect(name: string): Promise<LockInspection> {
-    const { holder, count } = await this.queue(name, 'inspect a lock');
-    if (!holder) return { held: false, waiting: 0 };
-    const owner = holder.key.subarray(contenderRange(name).start.length).toString();
-    const fencingToken = batchToken(BigInt(holder.create_revision), 0n);
-    return { held: true, holder: { owner, fencingToken, expiresInMs: await this.expiresInMs(holder) }, waiting: count - 1 };
+    const queue = await this.queue(name, 'inspect a lock');
+    const holding = holdersOf(queue);
+    if (holding.length === 0) return { held: false, waiting: 0 };
+    const prefixLength = contenderRange(name).start.length;
+    const expiries = new Map<string, Promise<number>>();
+    const holders = await Promise.all(
+      holding.map(async (kv): Promise<LockHolder> => {
+        if (!expiries.has(kv.lease)) expiries.set(kv.lease, this.expiresInMs(kv));
+        const owner = decodeEntry(kv).owner ?? kv.key.subarray(prefixLength).toString();
+        return { owner, fencingToken: batchToken(BigInt(kv.create_revision), 0n), expiresInMs: await expiries.get(kv.lease)! };
+      }),
+    );
+    const first = decodeEntry(holding[0]);
+    return {
+      held: true,
+      mode: first.mode,
+      ...(first.mode === 'permit' ? { limit: first.limit } : {}),
+      holders,
+      holder: holders[0],
+      waiting: queue.length - holding.length,
+    };
   }
 
   /**
-   * Deletes the holder's key, fenced on its create revision: the next key's watcher is woken as
-   * by a release, and the holder learns at its next renewal (the key is gone). False when there
-   * was no holder, or it let go between the read and the delete.
+   * Deletes every holder's key, each fenced on its create revision: the entries behind are woken
+   * as by releases, and each holder learns at its next renewal (its key is gone). False when
+   * there was no holder, or they all let go between the read and the deletes.
    */
   async forceRelease(name: string): Promise<boolean> {
-    const { holder } = await this.queue(name, 'force the release of a lock');
-    if (!holder) return false;
-    const response = await this.calls.txn('force the release of a lock', deleteHolderTxn(holder));
-    return response.succeeded;
+    const holders = holdersOf(await this.queue(name, 'force the release of a lock'));
+    const deleted = await Promise.all(holders.map(async (holder) => (await this.calls.txn('force the release of a lock', deleteHolderTxn(holder))).succeeded));
+    return deleted.includes(true);
   }
 
-  private async queue(name: string, operation: string): Promise<{ holder?: IKeyValue; count: number }> {
-    const response = await this.calls.txn(operation, queueTxn(name));
-    const range = response.responses[0]?.response_range;
-    return { holder: rangeKvs(response, 0)[0], count: Number(range?.count ?? 0) };
+  private async queue(name: string, operation: string): Promise<IKeyValue[]> {
+    return rangeKvs(await this.calls.txn(operation, queueTxn(name)), 0);
   }
 
   /**

@@ -10,6 +10,7 @@ import { ATTEMPTS, createEtcdClient, suppliedClientAddress } from './etcd-client
 import { EtcdInspector } from './etcd-inspect';
 import { EtcdKeyDeletes, LATE_PUT_MS } from './etcd-key-deletes';
 import { EtcdBatch } from './etcd-batch';
+import { EtcdModeEntries } from './etcd-mode-entries';
 import { DEFAULT_ETCD_HOSTS, etcdAddress, sessionTtlSeconds, validateEtcdOptions, type EtcdBackendOptions } from './etcd-options';
 import { EtcdRenewals } from './etcd-renewals';
 import { recheckTxn, rangeKvs, tryTakeTxn } from './etcd-requests';
@@ -40,11 +41,14 @@ export interface EtcdBackendConfig {
  * (per process), a key per queued batch of callers under the lock name's prefix, the lowest
  * create revision holds, each batch watches only its predecessor. A process's callers of one
  * name share a key (LocalQueues); the fencing token is the key's create revision shifted left by
- * 16 bits, plus the caller's turn under that key.
+ * 16 bits, plus the caller's turn under that key. Read and permit entries are keys of their own in
+ * the same queue, one per caller (EtcdModeEntries).
  */
 export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGrant> implements LockBackend {
   readonly name = 'etcd';
   readonly maxKeyBytes = 1024;
+  /** Read and permit entries: one key per caller, in the same queue (EtcdModeEntries). */
+  readonly modes = ['write', 'read', 'permit'] as const;
   readonly address: string;
   private readonly calls: EtcdCalls;
   private readonly sessions: EtcdSessions;
@@ -55,6 +59,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGran
   private readonly safetyNetMs: number;
   private readonly inspector: EtcdInspector;
   private readonly renewals = new EtcdRenewals((session, operation, request) => this.txn(session, operation, request));
+  private readonly entries: EtcdModeEntries;
 
   constructor(
     private readonly client: Etcd3,
@@ -74,6 +79,31 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGran
     this.safetyNetMs = watchSafetyNetMs(config.sessionTtlSeconds);
     this.inspector = new EtcdInspector(client, this.calls);
     this.sessions = new EtcdSessions(client, config.sessionTtlSeconds, this.calls, config.serverTimeoutMs, callTimeoutMs, this.onSessionLost);
+    this.entries = new EtcdModeEntries({
+      client,
+      lifecycle: this.lifecycle,
+      sessions: this.sessions,
+      txn: (session, operation, request) => this.txn(session, operation, request),
+      deletes: this.deletes,
+      renewals: this.renewals,
+      localFollowers: this.localFollowers,
+      mayBeFollowed: () => this.waiting.size > 0,
+      sessionDropped: (session, error) => this.sessionDropped(session, error),
+      safetyNetMs: this.safetyNetMs,
+    });
+  }
+
+  /** A write (the default) queues in this process's batch for the name; read and permit entries each put their own key. */
+  override acquire(request: AcquireRequest): Promise<LockGrant> {
+    return request.mode === undefined || request.mode === 'write' ? super.acquire(request) : this.entries.acquire(request);
+  }
+
+  override tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+    return request.mode === undefined || request.mode === 'write' ? super.tryAcquire(request) : this.entries.tryAcquire(request);
+  }
+
+  override release(grant: LockGrant, validForMs?: number): Promise<void> {
+    return this.entries.holding && !this.heldFor(grant) ? this.entries.release(grant) : super.release(grant, validForMs);
   }
 
   /** A transport failure or a call unanswered too long (EtcdCalls), or no session yet. */
@@ -119,7 +149,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGran
    */
   async renew(grant: LockGrant): Promise<boolean> {
     const held = this.heldFor(grant);
-    if (!held) return false;
+    if (!held) return this.entries.renew(grant);
     const { batch } = held;
     const session = batch.session!;
     if (!session.alive) return false;
@@ -149,6 +179,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGran
     const heldError = this.lifecycle.closedWhileHeld();
     for (const held of this.held.values()) held.lost.abort(heldError);
     this.held.clear();
+    this.entries.close(waitError, heldError);
     this.deletes.stop();
     this.localFollowers.clear();
     // Revoking the session deletes every key it still has, at once.
@@ -279,6 +310,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGran
       this.held.delete(owner);
       held.lost.abort(error);
     }
+    this.entries.sessionLost(session, error);
     for (const batch of this.queues.batches()) {
       if (batch.session !== session) continue;
       if (batch.state === 'holding') this.queues.end(batch, error);

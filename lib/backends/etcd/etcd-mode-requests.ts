@@ -1,0 +1,55 @@
+import type { ITxnRequest } from 'etcd3';
+import type { LockKeys } from './etcd-keys';
+
+/**
+ * The transactions of read and permit entries, each one round trip. Unlike a write entry, which
+ * needs only the key just before its own, these read every entry ahead with its value: the grant
+ * rule depends on the modes (and the count) of all of them.
+ */
+
+/** Every entry under the name with its value, oldest first; `below`: only those created before it. */
+function entries(keys: LockKeys, below?: bigint) {
+  return {
+    request_range: {
+      key: keys.start,
+      range_end: keys.end,
+      sort_target: 'Create',
+      sort_order: 'Ascend',
+      ...(below === undefined ? {} : { max_create_revision: (below - 1n).toString() }),
+    },
+  } as const;
+}
+
+/**
+ * Queue up: if our key does not exist yet, put it with `value` and the session lease, and read
+ * every entry under the name (ours is the newest: those before it are ahead). A retried
+ * transaction whose first try committed reads our key back instead.
+ */
+export function modeEnqueueTxn(keys: LockKeys, leaseId: string, value: Buffer): ITxnRequest {
+  return {
+    compare: [{ key: keys.own, target: 'Create', result: 'Equal', create_revision: 0 }],
+    success: [{ request_put: { key: keys.own, value, lease: leaseId } }, entries(keys)],
+    failure: [{ request_range: { key: keys.own, keys_only: true } }],
+  };
+}
+
+/** After a wake-up: is our key still there, and which entries are ahead of it now? Read-only. */
+export function modeRecheckTxn(keys: LockKeys, revision: bigint): ITxnRequest {
+  return {
+    compare: [{ key: keys.own, target: 'Create', result: 'Equal', create_revision: revision.toString() }],
+    success: [entries(keys, revision)],
+    failure: [],
+  };
+}
+
+/**
+ * A permit granted after waiting rewrites its value as granted (same key, same lease, same create
+ * revision), only if the key is still its own: the put event wakes the permit behind it.
+ */
+export function markGrantedTxn(keys: LockKeys, revision: bigint, leaseId: string, value: Buffer): ITxnRequest {
+  return {
+    compare: [{ key: keys.own, target: 'Create', result: 'Equal', create_revision: revision.toString() }],
+    success: [{ request_put: { key: keys.own, value, lease: leaseId } }],
+    failure: [],
+  };
+}
