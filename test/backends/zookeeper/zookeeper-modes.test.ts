@@ -7,9 +7,10 @@ import { LockConfigError } from '../../../lib/errors';
 import type { EntryMode, LockBackend, LockGrant } from '../../../lib/backends/lock-backend.interface';
 import { batchToken } from '../../../lib/backends/local-queue/batch';
 import { createBackend } from '../../../lib/backends/registry';
-import { lockNodeName } from '../../../lib/backends/zookeeper/zookeeper-paths';
+import { lockNodeName, sortedLockNodes } from '../../../lib/backends/zookeeper/zookeeper-paths';
 import { startZooKeeperServer, type ZooKeeperServer } from '../../../servers/zookeeper-server';
 import { abortedWithin, eventually, sleep } from '../../support/timing';
+import { ClientTraffic, clientOf, watchedPaths } from './zookeeper-client-probe';
 import { ZooKeeperInspector } from './zookeeper-inspect';
 
 /** Short sessions, so that a killed holder's permit comes back in seconds; the test server allows down to 200 ms. */
@@ -188,6 +189,53 @@ describe('ZooKeeper backend: read and permit entries', () => {
     assert.deepEqual(await nodesOf(key), []);
   });
 
+  it('a waiting reader watches only the nearest write entry ahead, a waiting permit the limit entries ahead: a release wakes no one it cannot grant', async () => {
+    const [a, b, c, d] = await clients(4);
+    const key = newKey('watches');
+    const parent = `${ROOT}/${lockNodeName(key)}`;
+    const queue = async (length: number) => {
+      await eventually(async () => (await nodesOf(key)).length === length, 5_000, `${length} nodes`);
+      return sortedLockNodes(await nodesOf(key)).map((node) => `${parent}/${node}`);
+    };
+    const watching = (backend: LockBackend, paths: string[]) =>
+      eventually(() => watchedPaths(clientOf(backend)).sort().join() === [...paths].sort().join(), 2_000, () => `watches ${paths.join(', ')}, found ${watchedPaths(clientOf(backend)).join(', ')}`);
+    const writer = await take(a, key, 'write');
+    const reading = take(b, key, 'read');
+    await queue(2);
+    const writing = take(c, key, 'write');
+    await queue(3);
+    const lateReading = take(d, key, 'read');
+    const [first, reader, second, late] = await queue(4);
+    await watching(b, [first, reader]);
+    await watching(d, [second, late]);
+    const lateTraffic = new ClientTraffic(clientOf(d));
+    await a.release(writer);
+    const granted = await reading;
+    await sleep(100);
+    assert.equal(lateTraffic.events, 0, `the reader behind the second writer was woken by the first's release: ${lateTraffic.describe()}`);
+    await b.release(granted);
+    await c.release(await writing);
+    await d.release(await lateReading);
+
+    const semaphore = newKey('permit-watches');
+    const permitParent = `${ROOT}/${lockNodeName(semaphore)}`;
+    const held = [await take(a, semaphore, 'permit', 2), await take(a, semaphore, 'permit', 2)];
+    const nextPermit = take(b, semaphore, 'permit', 2);
+    await eventually(async () => (await nodesOf(semaphore)).length === 3, 5_000, 'three permits');
+    const afterNext = take(c, semaphore, 'permit', 2);
+    await eventually(async () => (await nodesOf(semaphore)).length === 4, 5_000, 'four permits');
+    const [p0, p1, p2, p3] = sortedLockNodes(await nodesOf(semaphore)).map((node) => `${permitParent}/${node}`);
+    await watching(b, [p0, p1, p2]);
+    await watching(c, [p1, p2, p3]);
+    const afterTraffic = new ClientTraffic(clientOf(c));
+    await a.release(held[0]);
+    const next = await nextPermit;
+    await sleep(100);
+    assert.equal(afterTraffic.events, 0, `the permit two behind the released one was woken: ${afterTraffic.describe()}`);
+    await a.release(held[1]);
+    await Promise.all([b.release(next), c.release(await afterNext)]);
+  });
+
   it('a permit holder killed with SIGKILL gives its permit back within the session timeout + bound', async (t) => {
     const key = newKey('crash');
     const [waiterClient] = await clients(1);
@@ -212,6 +260,23 @@ describe('ZooKeeper backend: read and permit entries', () => {
     assert.ok(waitedMs <= SESSION_TIMEOUT_MS + CRASH_BOUND_MS, `the permit came back ${waitedMs.toFixed(0)} ms after the kill`);
     assert.ok(grant.fencingToken > BigInt(report.fencingToken!));
     await waiterClient.release(grant);
+  });
+
+  it("a session that ends fires every read and permit grant's lost signal; the writer behind them is granted", async () => {
+    const [a, b] = await clients(2);
+    const key = newKey('session-end');
+    const readers = [await take(a, key, 'read'), await take(a, key, 'read')];
+    const semaphore = newKey('session-end-permit');
+    const permit = await take(a, semaphore, 'permit', 1);
+    const writing = take(b, key, 'write');
+    const permitting = take(b, semaphore, 'permit', 1);
+    await eventually(async () => (await b.inspect!(key)).waiting === 1 && (await b.inspect!(semaphore)).waiting === 1, 5_000, 'the writer and the permit queued');
+    const session = clientOf(a);
+    await ZooKeeperInspector.endSession(zookeeper.connectionString, session.getSessionId(), session.getSessionPassword());
+    await Promise.all([...readers, permit].map((grant) => abortedWithin(grant.lost, SESSION_TIMEOUT_MS + CRASH_BOUND_MS)));
+    const [writer, next] = await Promise.all([writing, permitting]);
+    assert.equal(await a.renew(readers[0], SESSION_TIMEOUT_MS), false);
+    await Promise.all([b.release(writer), b.release(next)]);
   });
 
   it('tokens rise strictly per key in grant order across write, read and permit entries; a read or permit token is czxid << 16', async () => {
