@@ -3,7 +3,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import { after, afterEach, before, describe, it } from 'node:test';
-import { LockConfigError } from '../../../lib/errors';
+import { LockConfigError, LockServerUnreachableError } from '../../../lib/errors';
 import type { EntryMode, LockBackend, LockGrant } from '../../../lib/backends/lock-backend.interface';
 import { batchToken } from '../../../lib/backends/local-queue/batch';
 import { createBackend } from '../../../lib/backends/registry';
@@ -11,6 +11,7 @@ import { lockNodeName, sortedLockNodes } from '../../../lib/backends/zookeeper/z
 import { startZooKeeperServer, type ZooKeeperServer } from '../../../servers/zookeeper-server';
 import { abortedWithin, eventually, sleep } from '../../support/timing';
 import { ClientTraffic, clientOf, watchedPaths } from './zookeeper-client-probe';
+import { ZooKeeperFaultProxy } from './zookeeper-fault-proxy';
 import { ZooKeeperInspector } from './zookeeper-inspect';
 
 /** Short sessions, so that a killed holder's permit comes back in seconds; the test server allows down to 200 ms. */
@@ -22,6 +23,9 @@ const SESSION_TIMEOUT_MS = 2_000;
  */
 const CRASH_BOUND_MS = 1_500;
 const ROOT = '/distributed-lock';
+/** A call must end by it when the server cannot be reached; the margin is timers and a loaded 2-core machine. */
+const SERVER_TIMEOUT_MS = 1_000;
+const MARGIN_MS = 500;
 
 /** One hold of a lock, as the test saw it: from the grant to just before its release was sent. */
 interface Hold {
@@ -55,6 +59,7 @@ describe('ZooKeeper backend: read and permit entries', () => {
   let inspector: ZooKeeperInspector;
   const backends: LockBackend[] = [];
   const children: ChildProcess[] = [];
+  const proxies: ZooKeeperFaultProxy[] = [];
   let seq = 0;
 
   before(async () => {
@@ -64,6 +69,7 @@ describe('ZooKeeper backend: read and permit entries', () => {
   afterEach(async () => {
     for (const child of children.splice(0)) child.kill('SIGKILL');
     await Promise.all(backends.splice(0).map((backend) => backend.close()));
+    await Promise.all(proxies.splice(0).map((proxy) => proxy.stop()));
   });
   after(async () => {
     inspector?.close();
@@ -263,7 +269,14 @@ describe('ZooKeeper backend: read and permit entries', () => {
   });
 
   it("a session that ends fires every read and permit grant's lost signal; the writer behind them is granted", async () => {
-    const [a, b] = await clients(2);
+    const proxy = await ZooKeeperFaultProxy.start(zookeeper.port);
+    proxies.push(proxy);
+    const a = await createBackend(
+      { type: 'zookeeper', connectionString: proxy.connectionString, sessionTimeoutMs: SESSION_TIMEOUT_MS },
+      { ttlMs: SESSION_TIMEOUT_MS, serverTimeoutMs: 30_000 },
+    );
+    backends.push(a);
+    const [b] = await clients(1);
     const key = newKey('session-end');
     const readers = [await take(a, key, 'read'), await take(a, key, 'read')];
     const semaphore = newKey('session-end-permit');
@@ -272,11 +285,40 @@ describe('ZooKeeper backend: read and permit entries', () => {
     const permitting = take(b, semaphore, 'permit', 1);
     await eventually(async () => (await b.inspect!(key)).waiting === 1 && (await b.inspect!(semaphore)).waiting === 1, 5_000, 'the writer and the permit queued');
     const session = clientOf(a);
+    // Cut off first, or its reconnection could take the session back before the close is applied.
+    proxy.block();
     await ZooKeeperInspector.endSession(zookeeper.connectionString, session.getSessionId(), session.getSessionPassword());
+    proxy.unblock();
     await Promise.all([...readers, permit].map((grant) => abortedWithin(grant.lost, SESSION_TIMEOUT_MS + CRASH_BOUND_MS)));
     const [writer, next] = await Promise.all([writing, permitting]);
     assert.equal(await a.renew(readers[0], SESSION_TIMEOUT_MS), false);
     await Promise.all([b.release(writer), b.release(next)]);
+  });
+
+  it('black-holed: read and permit acquisitions, tries, renewals and releases end by serverTimeoutMs', async (t) => {
+    const proxy = await ZooKeeperFaultProxy.start(zookeeper.port);
+    proxies.push(proxy);
+    // A session longer than the bound, so that the calls end on the bound, not on the session's death.
+    const cut = await createBackend(
+      { type: 'zookeeper', connectionString: proxy.connectionString, sessionTimeoutMs: 10_000 },
+      { ttlMs: 10_000, serverTimeoutMs: SERVER_TIMEOUT_MS },
+    );
+    backends.push(cut);
+    const key = newKey('black-holed');
+    const reader = await take(cut, key, 'read');
+    proxy.blackHole();
+    const endsUnreachable = async (operation: string, call: () => Promise<unknown>) => {
+      const started = performance.now();
+      await assert.rejects(call(), (error) => error instanceof LockServerUnreachableError && new RegExp(`to ${operation}\\b`).test(error.message));
+      const tookMs = performance.now() - started;
+      t.diagnostic(`${operation}: ended after ${tookMs.toFixed(0)} ms (bound ${SERVER_TIMEOUT_MS} + ${MARGIN_MS} ms)`);
+      assert.ok(tookMs >= SERVER_TIMEOUT_MS - 50 && tookMs <= SERVER_TIMEOUT_MS + MARGIN_MS, `${operation} ended after ${tookMs.toFixed(0)} ms`);
+    };
+    await endsUnreachable('acquire', () => take(cut, newKey('cut-read'), 'read'));
+    await endsUnreachable('acquire', () => take(cut, newKey('cut-permit'), 'permit', 2));
+    await endsUnreachable('try to acquire', () => tryTake(cut, newKey('cut-try'), 'permit', 2));
+    await endsUnreachable('renew', () => cut.renew(reader, 10_000));
+    await endsUnreachable('release', () => cut.release(reader));
   });
 
   it('tokens rise strictly per key in grant order across write, read and permit entries; a read or permit token is czxid << 16', async () => {
