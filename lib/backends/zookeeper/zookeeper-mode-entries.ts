@@ -59,7 +59,9 @@ export class ModeEntries {
     const stop = new AbortController();
     const abandoned = (reason: unknown) => stop.abort(reason);
     if (request.onStop) wait.watch(request as Required<AcquireRequest>, abandoned);
-    else if (!wait.listen(request.signal, abandoned)) return wait.promise;
+    else wait.listen(request.signal, abandoned);
+    // Stopped before it began: nothing is sent.
+    if (stop.signal.aborted) return wait.promise;
     this.start(request, stop, (signal) => this.places.take(request, this.parentOf(request.key), signal), 'acquire').then(
       (grant) => {
         // take() waits until it holds, so there is a grant; the caller left as it came: give it back.
