@@ -71,7 +71,13 @@ export class ModePlaces {
         const other = request.mode === 'permit' ? otherLimitAhead(queue, at, request.limit!) : undefined;
         if (other) throw limitMismatch(request, other.limit!);
         const blockers = blockersOf(queue, at);
-        if (blockers.length === 0) return await this.places.headed(session, node, own, stop);
+        if (blockers.length === 0) {
+          const place = await this.places.headed(session, node, own, stop);
+          own = place.own;
+          // Deleted by someone else as it was granted: queue again, as a write batch does.
+          if (own.isGone) throw new AttemptAgain(`Lock node ${node.path} was deleted as it was granted.`);
+          return place;
+        }
         if (!wait) {
           await this.nodes.delete(session, node.path);
           node = undefined;
