@@ -68,11 +68,6 @@ export function entryOf(nodeName: string): QueueEntry | undefined {
   return { name: nodeName, sequence, mode: 'permit', limit: Number(match[2]) };
 }
 
-/** The sequence number ZooKeeper appended, or -1 for a node that is not a lock node. */
-export function sequenceOf(nodeName: string): number {
-  return entryOf(nodeName)?.sequence ?? -1;
-}
-
 /** Lock entries in queue order (lowest sequence first); anything else under the parent is ignored. */
 export function sortedEntries(children: readonly string[]): QueueEntry[] {
   const entries: QueueEntry[] = [];
