@@ -1,29 +1,37 @@
 import { DistributedLockError } from '../../errors';
-import type { LockInspection } from '../lock-backend.interface';
+import type { LockHolder, LockInspection } from '../lock-backend.interface';
 import { batchToken } from '../local-queue/batch';
 import { ZkCode, zkCode, zxidOf, type ZkStat } from './zookeeper-client';
-import { lockNodeName, sortedLockNodes } from './zookeeper-paths';
+import { holdersOf } from './zookeeper-entry-rule';
+import { lockNodeName, sortedEntries, type QueueEntry } from './zookeeper-paths';
 import type { ZooKeeperSession } from './zookeeper-session';
 import type { ZooKeeperSessions } from './zookeeper-sessions';
 import { repeatOnConnectionLoss } from './zookeeper-wait';
 
-/** Lists of the queue before giving up, when each time its head leaves before it can be read. */
+/** Lists of the queue before giving up, when each time a holder leaves before it can be read. */
 const READ_ROUNDS = 5;
 
-interface QueueHead {
+interface QueueHolder {
   readonly path: string;
   readonly owner: string;
   readonly stat: ZkStat;
-  /** Lock nodes behind the head. */
-  readonly behind: number;
+}
+
+interface QueueHolders {
+  readonly entries: readonly QueueEntry[];
+  readonly holders: readonly QueueHolder[];
+  /** Lock nodes that do not hold. */
+  readonly waiting: number;
 }
 
 /**
- * Operators' view of a lock name in ZooKeeper, read from the server alone: the lowest sequential
- * node under the name's parent holds, every other one is a waiting entry (one per queued batch
- * of a process: the server cannot see how many callers a batch holds). The holder's owner is
- * `<session id, hex>/<entry id>` (its ephemeral owner and its data); its token the one its
- * entry's first turn got, `czxid << 16` (later turns of the same batch are never written).
+ * Operators' view of a lock name in ZooKeeper, read from the server alone: the entries under
+ * the name's parent that meet their mode's rule hold (holdersOf: the lowest write node, the
+ * read nodes with no write node ahead, the first `limit` permits), every other one waits (one
+ * per queued batch of writers of a process: the server cannot see how many callers a batch
+ * holds; one per reader or permit). A holder's owner is `<session id, hex>/<entry id>` (its
+ * ephemeral owner and its data: a write batch's id, a reader's or permit's owner); its token
+ * the one its entry's first turn got, `czxid << 16` (later turns of a write batch are never written).
  */
 export class ZooKeeperInspector {
   constructor(
@@ -31,36 +39,27 @@ export class ZooKeeperInspector {
     private readonly rootPath: string,
   ) {}
 
-  /** Two reads: the children of the name's parent, then the head node's data and stat. */
+  /** Two round trips: the children of the name's parent, then the holders' data and stat (pipelined). */
   async inspect(key: string): Promise<LockInspection> {
-    const head = await this.withSession('inspect a lock', (session) => this.head(session, key));
-    if (!head) return { held: false, waiting: 0 };
-    return { held: true, holder: { owner: head.owner, fencingToken: batchToken(zxidOf(head.stat.czxid), 0n) }, waiting: head.behind };
+    const queue = await this.withSession('inspect a lock', (session) => this.holders(session, key));
+    if (!queue) return { held: false, waiting: 0 };
+    const first = queue.entries[0];
+    const holders: LockHolder[] = queue.holders.map((holder) => ({ owner: holder.owner, fencingToken: batchToken(zxidOf(holder.stat.czxid), 0n) }));
+    const view = { held: true, mode: first.mode, holders, holder: holders[0], waiting: queue.waiting };
+    return first.limit === undefined ? view : { ...view, limit: first.limit };
   }
 
   /**
-   * Deletes the head node, whoever's session owns it: the node's own watch tells its holder at
-   * once, the next node's watch grants the next batch. False when there was no holder, or it let
-   * go between the read and the delete.
+   * Deletes every holder's node, whoever's session owns it: each node's own watch tells its
+   * holder at once, the watches behind grant who is next. False when there was no holder, or
+   * each let go between the read and the delete.
    */
   async forceRelease(key: string): Promise<boolean> {
     return this.withSession('force the release of a lock', async (session) => {
-      const head = await this.head(session, key);
-      if (!head) return false;
-      let replyLost = false;
-      try {
-        await repeatOnConnectionLoss(() =>
-          session.remove(head.path).catch((error: unknown) => {
-            replyLost ||= zkCode(error) === ZkCode.CONNECTION_LOSS;
-            throw error;
-          }),
-        );
-        return true;
-      } catch (error) {
-        // Gone: its holder let go first, or our own delete went through before its reply was lost.
-        if (zkCode(error) === ZkCode.NO_NODE) return replyLost;
-        throw error;
-      }
+      const queue = await this.holders(session, key);
+      if (!queue) return false;
+      const removed = await Promise.all(queue.holders.map((holder) => removeNode(session, holder.path)));
+      return removed.includes(true);
     });
   }
 
@@ -71,21 +70,46 @@ export class ZooKeeperInspector {
     return this.sessions.bounded(work(session), operation, undefined, startedAt);
   }
 
-  /** The queue's head, or undefined when the name has no lock node (or no parent at all). */
-  private async head(session: ZooKeeperSession, key: string): Promise<QueueHead | undefined> {
+  /** The queue's holders, or undefined when the name has no lock node (or no parent at all). */
+  private async holders(session: ZooKeeperSession, key: string): Promise<QueueHolders | undefined> {
     const parent = `${this.rootPath}/${lockNodeName(key)}`;
     for (let round = 1; ; round++) {
       const children = await repeatOnConnectionLoss(() => session.getChildren(parent)).catch((error: unknown) => {
         if (zkCode(error) === ZkCode.NO_NODE) return [];
         throw error;
       });
-      const queue = sortedLockNodes(children);
-      if (queue.length === 0) return undefined;
-      const path = `${parent}/${queue[0]}`;
-      const node = await repeatOnConnectionLoss(() => session.read(path));
-      if (node) return { path, owner: `${node.stat.ephemeralOwner.toString('hex')}/${node.data.toString()}`, stat: node.stat, behind: queue.length - 1 };
-      // The head let go between the two reads: the queue has moved on, look again.
+      const entries = sortedEntries(children);
+      if (entries.length === 0) return undefined;
+      const holding = holdersOf(entries);
+      const nodes = await Promise.all(holding.map((entry) => repeatOnConnectionLoss(() => session.read(`${parent}/${entry.name}`))));
+      if (nodes.every((node) => node !== null)) {
+        const holders = nodes.map((node, at) => ({
+          path: `${parent}/${holding[at].name}`,
+          owner: `${node!.stat.ephemeralOwner.toString('hex')}/${node!.data.toString()}`,
+          stat: node!.stat,
+        }));
+        return { entries, holders, waiting: entries.length - holders.length };
+      }
+      // A holder let go between the two reads: the queue has moved on, look again.
       if (round === READ_ROUNDS) throw new DistributedLockError(`The queue under ${parent} changed under each of ${READ_ROUNDS} reads; try again.`);
     }
+  }
+}
+
+/** Deletes a node whoever owns it: true when our delete removed it (a lost reply included). */
+async function removeNode(session: ZooKeeperSession, path: string): Promise<boolean> {
+  let replyLost = false;
+  try {
+    await repeatOnConnectionLoss(() =>
+      session.remove(path).catch((error: unknown) => {
+        replyLost ||= zkCode(error) === ZkCode.CONNECTION_LOSS;
+        throw error;
+      }),
+    );
+    return true;
+  } catch (error) {
+    // Gone: its holder let go first, or our own delete went through before its reply was lost.
+    if (zkCode(error) === ZkCode.NO_NODE) return replyLost;
+    throw error;
   }
 }

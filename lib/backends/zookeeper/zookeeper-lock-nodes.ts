@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { EntryMode } from '../lock-backend.interface';
 import { ZkCode, zkCode, zxidOf } from './zookeeper-client';
 import type { LockParents } from './zookeeper-parents';
 import { protectedPrefix } from './zookeeper-paths';
@@ -29,10 +30,11 @@ export class LockNodes {
    * Creates our lock node, in one round trip when nothing goes wrong: [create the parent if this
    * client has not seen it] + [create the node and touch the parent, one transaction], pipelined
    * on the session (the server answers in order). `children` is known without asking when the
-   * node has no siblings (alone, it holds the lock); otherwise the caller lists them.
+   * node has no siblings (alone, it holds the lock); otherwise the caller lists them. The node's
+   * name marks its mode (protectedPrefix); `owner` is its data.
    */
-  async create(session: ZooKeeperSession, parent: string, owner: string): Promise<{ node: LockNode; children?: string[] }> {
-    const prefix = protectedPrefix(randomUUID());
+  async create(session: ZooKeeperSession, parent: string, owner: string, mode?: EntryMode, limit?: number): Promise<{ node: LockNode; children?: string[] }> {
+    const prefix = protectedPrefix(randomUUID(), mode, limit);
     const data = Buffer.from(owner);
     for (let round = 1; ; round++) {
       const ensured = this.parents.isKnown(parent)

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import type { EntryMode } from '../lock-backend.interface';
 
 /**
  * Lock names become one node name each. ZooKeeper refuses '/', '.', '..', control characters,
@@ -37,27 +38,49 @@ export function lockNodeName(key: string): string {
 
 /**
  * Curator's protected mode: the lock node's name starts with an id unique to this attempt,
- * so a create whose reply was lost can be found among the children instead of leaking.
+ * so a create whose reply was lost can be found among the children instead of leaking. The
+ * name marks the entry's mode before the sequence number: `-lock-` (a write entry, Curator's
+ * mutex), `-read-`, or `-permit<limit>-` (the semaphore's limit, so others can check theirs).
  */
-export function protectedPrefix(attemptId: string): string {
-  return `_c_${attemptId}-lock-`;
+export function protectedPrefix(attemptId: string, mode: EntryMode = 'write', limit?: number): string {
+  return `_c_${attemptId}-${mode === 'write' ? 'lock' : mode === 'read' ? 'read' : `permit${limit}`}-`;
 }
 
-/** The sequence number ZooKeeper appended (10 digits), or -1 for a node that is not a lock node. */
-export function sequenceOf(nodeName: string): number {
-  const at = nodeName.lastIndexOf('-lock-');
-  if (at === -1) return -1;
-  const digits = nodeName.slice(at + 6);
-  return /^\d{10}$/.test(digits) ? Number(digits) : -1;
+/** An entry of a lock name's queue, as its node name tells it. */
+export interface QueueEntry {
+  readonly name: string;
+  readonly sequence: number;
+  readonly mode: EntryMode;
+  /** For a permit: its semaphore's limit. */
+  readonly limit?: number;
 }
 
-/** Lock nodes in queue order (lowest sequence first); anything else under the parent is ignored. */
+/** The mode mark and the sequence number ZooKeeper appended (10 digits), as protectedPrefix writes them. */
+const ENTRY_SUFFIX = /-(lock|read|permit([1-9]\d*))-(\d{10})$/;
+
+/** The entry a node name stands for, or undefined for a node that is not a lock node. */
+export function entryOf(nodeName: string): QueueEntry | undefined {
+  const match = ENTRY_SUFFIX.exec(nodeName);
+  if (!match) return undefined;
+  const sequence = Number(match[3]);
+  if (match[1] === 'lock') return { name: nodeName, sequence, mode: 'write' };
+  if (match[1] === 'read') return { name: nodeName, sequence, mode: 'read' };
+  return { name: nodeName, sequence, mode: 'permit', limit: Number(match[2]) };
+}
+
+/** Lock entries in queue order (lowest sequence first); anything else under the parent is ignored. */
+export function sortedEntries(children: readonly string[]): QueueEntry[] {
+  const entries: QueueEntry[] = [];
+  for (const child of children) {
+    const entry = entryOf(child);
+    if (entry) entries.push(entry);
+  }
+  return entries.sort((a, b) => a.sequence - b.sequence);
+}
+
+/** Lock nodes in queue order (lowest sequence first), whatever their modes. */
 export function sortedLockNodes(children: readonly string[]): string[] {
-  return children
-    .map((name) => ({ name, sequence: sequenceOf(name) }))
-    .filter((child) => child.sequence >= 0)
-    .sort((a, b) => a.sequence - b.sequence)
-    .map((child) => child.name);
+  return sortedEntries(children).map((entry) => entry.name);
 }
 
 /** Why ZooKeeper would refuse `path` (its PathUtils.validatePath rules), or undefined when valid. */

@@ -122,12 +122,12 @@ export class QueuePlaces {
   }
 
   /**
-   * Our node is the lowest. The news may reach us late (this process was paused with the event
+   * Our node holds (the lowest, or by its mode's rule: ModePlaces). The news may reach us late (this process was paused with the event
    * unread): a session not heard from for half its timeout is first asked, owner-checked, so a
    * place whose session or node is gone is never taken. Either way the session was alive at the
    * server after `lastContact`, which is what a grant's lease counts from.
    */
-  private async headed(session: ZooKeeperSession, node: LockNode, watching: OwnNodeWatch | undefined, stop: AbortSignal): Promise<QueuePlace> {
+  async headed(session: ZooKeeperSession, node: LockNode, watching: OwnNodeWatch | undefined, stop: AbortSignal): Promise<QueuePlace> {
     if (!session.alive || performance.now() - session.lastContact > session.timeoutMs / 2) {
       const stat = await session.exists(node.path);
       if (!stat || !session.owns(stat)) throw new AttemptAgain(`Lock node ${node.path} was gone when its grant arrived.`);

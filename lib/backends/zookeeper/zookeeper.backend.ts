@@ -5,6 +5,7 @@ import type { ZkModule, ZkStat } from './zookeeper-client';
 import { ZooKeeperBatch, type QueuePlace } from './zookeeper-batch';
 import { ZooKeeperInspector } from './zookeeper-inspect';
 import { LockNodes } from './zookeeper-lock-nodes';
+import { ModeEntries } from './zookeeper-mode-entries';
 import { LockParents, PARENT_IDLE_MS } from './zookeeper-parents';
 import { lockNodeName } from './zookeeper-paths';
 import { QueuePlaces } from './zookeeper-queue-places';
@@ -29,12 +30,15 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch, Serv
   readonly name = 'zookeeper';
   /** Longer keys are hashed by LockService first; lockNodeName hashes encoded names above 240 chars itself. */
   readonly maxKeyBytes = 4096;
+  readonly modes = ['write', 'read', 'permit'] as const;
   private readonly sessions: ZooKeeperSessions;
   private readonly parents: LockParents;
   private readonly nodes: LockNodes;
   private readonly places: QueuePlaces;
   private readonly inspector: ZooKeeperInspector;
   private readonly renewals: ZooKeeperRenewals;
+  /** Read and permit entries, one node per caller, outside the write batches (ModeEntries). */
+  private readonly entries: ModeEntries;
   /** One per tryAcquire in progress: aborted when the call ends early (its bound, close), so its work cleans up behind it. */
   private readonly tries = new Set<AbortController>();
 
@@ -50,6 +54,37 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch, Serv
     this.places = new QueuePlaces(this.sessions, this.nodes, this.parents);
     this.inspector = new ZooKeeperInspector(this.sessions, options.rootPath);
     this.renewals = new ZooKeeperRenewals(this.sessions, options.rootPath);
+    this.entries = new ModeEntries(
+      this.sessions,
+      this.nodes,
+      this.parents,
+      this.places,
+      this.renewals,
+      (key) => `${options.rootPath}/${lockNodeName(key)}`,
+      (key) => this.queues.has(key),
+    );
+  }
+
+  /** A write joins this process's batches (LocalQueues); a read or permit takes a node of its own (ModeEntries). */
+  override acquire(request: AcquireRequest): Promise<LockGrant> {
+    if (request.mode === undefined || request.mode === 'write') return super.acquire(request);
+    try {
+      this.lifecycle.assertOpen();
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.entries.acquire(request);
+  }
+
+  override async tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+    if (request.mode === undefined || request.mode === 'write') return super.tryAcquire(request);
+    this.lifecycle.assertOpen();
+    return this.entries.tryAcquire(request);
+  }
+
+  /** Owner-checked and idempotent, whatever the grant's mode. */
+  override release(grant: LockGrant, validForMs?: number): Promise<void> {
+    return this.entries.has(grant) ? this.entries.release(grant) : super.release(grant, validForMs);
   }
 
   get address(): string {
@@ -95,8 +130,9 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch, Serv
    */
   async renew(grant: LockGrant): Promise<boolean> {
     const held = this.heldFor(grant);
-    const place = held?.batch.place;
-    if (!held || !place || !place.session.alive) return false;
+    if (!held) return this.entries.renew(grant);
+    const place = held.batch.place;
+    if (!place || !place.session.alive) return false;
     try {
       const there = await this.renewals.stillThere(place);
       // Lost or let go while the read was on its way: entryLost or release has dealt with it.
@@ -126,6 +162,7 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch, Serv
     if (!this.lifecycle.beginClose()) return;
     const waitError = this.lifecycle.closedWhileWaiting();
     for (const call of this.tries) call.abort(waitError);
+    this.entries.close(waitError, this.lifecycle.closedWhileHeld());
     for (const batch of this.queues.batches()) batch.unwatch?.();
     this.queues.closeAll(waitError);
     const heldError = this.lifecycle.closedWhileHeld();
@@ -304,7 +341,7 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch, Serv
    * timeout from now.
    */
   private parentIdle(batch: ZooKeeperBatch, session: ZooKeeperSession | undefined): void {
-    if (this.queues.has(batch.name)) return;
+    if (this.queues.has(batch.name) || this.entries.uses(batch.name)) return;
     this.parents.idle(batch.parent, session && !session.alive ? Math.max(PARENT_IDLE_MS, session.timeoutMs) : PARENT_IDLE_MS);
   }
 

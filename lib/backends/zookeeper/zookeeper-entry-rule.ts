@@ -1,0 +1,36 @@
+import type { QueueEntry } from './zookeeper-paths';
+
+/**
+ * The entries whose departure may grant the entry at `at` of `queue` (sorted by sequence);
+ * none: it holds now. Entries only ever join behind, so what is ahead can only shrink:
+ * - write: the one just ahead (it holds once alone at the head, as Curator's mutex);
+ * - read: the nearest write entry ahead, the only one whose going can leave no write ahead;
+ * - permit: the `limit` entries just ahead, since any of them going may leave fewer than
+ *   `limit` ahead, while an entry further ahead going leaves those `limit` still ahead.
+ */
+export function blockersOf(queue: readonly QueueEntry[], at: number): readonly QueueEntry[] {
+  const entry = queue[at];
+  if (entry.mode === 'write') return at === 0 ? [] : [queue[at - 1]];
+  if (entry.mode === 'read') {
+    for (let ahead = at - 1; ahead >= 0; ahead--) if (queue[ahead].mode === 'write') return [queue[ahead]];
+    return [];
+  }
+  return at < entry.limit! ? [] : queue.slice(at - entry.limit!, at);
+}
+
+/** The entries that hold now, in queue order: each one's rule met by the entries ahead of it. */
+export function holdersOf(queue: readonly QueueEntry[]): QueueEntry[] {
+  const holders: QueueEntry[] = [];
+  let writeAhead = false;
+  queue.forEach((entry, at) => {
+    if (entry.mode === 'write' ? at === 0 : entry.mode === 'read' ? !writeAhead : at < entry.limit!) holders.push(entry);
+    if (entry.mode === 'write') writeAhead = true;
+  });
+  return holders;
+}
+
+/** A permit ahead of the entry at `at` whose semaphore's limit is not `limit`, if any. */
+export function otherLimitAhead(queue: readonly QueueEntry[], at: number, limit: number): QueueEntry | undefined {
+  for (let ahead = 0; ahead < at; ahead++) if (queue[ahead].mode === 'permit' && queue[ahead].limit !== limit) return queue[ahead];
+  return undefined;
+}
