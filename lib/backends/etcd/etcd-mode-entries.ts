@@ -4,6 +4,7 @@ import type { BackendLifecycle } from '../backend-lifecycle';
 import { batchToken } from '../local-queue/batch';
 import type { AcquireRequest, LockGrant } from '../lock-backend.interface';
 import { PendingWait } from '../pending-wait';
+import { isStoppable } from '../built-in-backend';
 import type { EntryValue } from './entry-modes';
 import type { EtcdKeyDeletes } from './etcd-key-deletes';
 import type { LockKeys } from './etcd-keys';
@@ -66,7 +67,7 @@ export class EtcdModeEntries {
     const wait = new PendingWait<LockGrant | null>();
     let acquisition: EtcdModeAcquisition | undefined;
     const abandoned = (reason: unknown) => acquisition?.stop(reason);
-    if (request.onStop) wait.watch(request as { onStop: NonNullable<AcquireRequest['onStop']> }, abandoned);
+    if (isStoppable(request)) wait.watch(request, abandoned);
     else wait.listen(request.signal, abandoned);
     if (!wait.isSettled) this.begin(request, wait, false, (started) => (acquisition = started), true);
     return wait.promise as Promise<LockGrant>;

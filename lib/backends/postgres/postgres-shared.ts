@@ -2,6 +2,7 @@ import { LockConfigError } from '../../errors';
 import { batchToken } from '../local-queue/batch';
 import type { AcquireRequest, EntryMode, LockGrant } from '../lock-backend.interface';
 import { PendingWait } from '../pending-wait';
+import { isStoppable } from '../built-in-backend';
 import type { ServerClock } from '../server-clock';
 import { LATE_GRANT_SHARE } from './postgres-batch';
 import type { PostgresCalls } from './postgres-calls';
@@ -104,7 +105,7 @@ export class PostgresSharedEntries {
       return Promise.reject(error);
     }
     const leave = () => this.leave(entry);
-    if (request.onStop) wait.watch(request as Required<AcquireRequest>, leave);
+    if (isStoppable(request)) wait.watch(request, leave);
     else wait.listen(request.signal, leave);
     if (wait.isSettled) return wait.promise;
     this.entries.set(entry.entry, entry);

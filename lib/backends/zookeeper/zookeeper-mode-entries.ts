@@ -2,7 +2,7 @@ import { DistributedLockError, LockConfigError } from '../../errors';
 import type { AcquireRequest, LockGrant } from '../lock-backend.interface';
 import { batchToken } from '../local-queue/batch';
 import { PendingWait } from '../pending-wait';
-import type { AbortWatcher } from '../../shared-abort-listeners';
+import { isStoppable } from '../built-in-backend';
 import type { QueuePlace } from './zookeeper-batch';
 import type { LockNodes } from './zookeeper-lock-nodes';
 import { ModePlaces, type ModeRequest } from './zookeeper-mode-places';
@@ -11,11 +11,6 @@ import type { QueuePlaces } from './zookeeper-queue-places';
 import type { ZooKeeperRenewals } from './zookeeper-renewals';
 import type { ZooKeeperSession } from './zookeeper-session';
 import type { ZooKeeperSessions } from './zookeeper-sessions';
-
-/** The core's requests tell a watcher of their stop without making an AbortSignal. */
-interface Stoppable {
-  onStop(watcher: AbortWatcher): void;
-}
 
 /** A read or permit entry that holds: its own node, its own grant. */
 interface ModeHold {
@@ -64,8 +59,7 @@ export class ModeEntries {
     }
     const stop = new AbortController();
     const abandoned = (reason: unknown) => stop.abort(reason);
-    const stoppable = request as AcquireRequest & Partial<Stoppable>;
-    if (typeof stoppable.onStop === 'function') wait.watch(stoppable as Stoppable, abandoned);
+    if (isStoppable(request)) wait.watch(request, abandoned);
     else wait.listen(request.signal, abandoned);
     // Stopped before it began: nothing is sent.
     if (stop.signal.aborted) return wait.promise;
