@@ -1,3 +1,4 @@
+import { mayGo } from '../entry-rule';
 import type { QueueEntry } from './zookeeper-paths';
 
 /**
@@ -21,10 +22,10 @@ export function blockersOf(queue: readonly QueueEntry[], at: number): readonly Q
 /** The entries that hold now, in queue order: each one's rule met by the entries ahead of it. */
 export function holdersOf(queue: readonly QueueEntry[]): QueueEntry[] {
   const holders: QueueEntry[] = [];
-  let writeAhead = false;
+  let writesAhead = 0;
   queue.forEach((entry, at) => {
-    if (entry.mode === 'write' ? at === 0 : entry.mode === 'read' ? !writeAhead : at < entry.limit!) holders.push(entry);
-    if (entry.mode === 'write') writeAhead = true;
+    if (mayGo(entry.mode, entry.limit ?? 1, at, writesAhead)) holders.push(entry);
+    if (entry.mode === 'write') writesAhead++;
   });
   return holders;
 }
