@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { LockConfigError, LockKeyError, LockModeError, LockTimeoutError, type LockBackend, type LockHandle, type LockService } from '../../lib';
 import { countingBackend } from '../support/counting-backend';
-import { eventually, sleep, type HoldInterval } from '../support/timing';
+import { eventually, mostAtOnce, sleep, type HoldInterval } from '../support/timing';
 
 /** What the primitive cases need from the lock contract's suite. */
 export interface PrimitiveContext {
@@ -23,19 +23,6 @@ function recorder(intervals: HoldInterval[], holder: string, holdMs: number) {
     await sleep(holdMs);
     intervals.push({ start, end: process.hrtime.bigint(), fencingToken: lock.fencingToken, holder });
   };
-}
-
-/** The most intervals that overlap at one moment. */
-function maxOverlap(intervals: readonly HoldInterval[]): number {
-  const events = intervals.flatMap((interval) => [
-    { at: interval.start, delta: 1 },
-    { at: interval.end, delta: -1 },
-  ]);
-  events.sort((a, b) => (a.at < b.at ? -1 : a.at > b.at ? 1 : a.delta - b.delta));
-  let inside = 0;
-  let most = 0;
-  for (const event of events) most = Math.max(most, (inside += event.delta));
-  return most;
 }
 
 /** Tokens are unique, and a hold that ended before another began has the lower token. */
@@ -73,7 +60,7 @@ export function primitiveCases(context: PrimitiveContext): void {
           await service.withLock(key, recorder(reads, `late reader ${i}`, 50), { mode: 'read' });
         }),
       ]);
-      assert.ok(maxOverlap(reads.slice(0, 3)) >= 2, 'no two of three readers held at once');
+      assert.ok(mostAtOnce(reads.slice(0, 3)) >= 2, 'no two of three readers held at once');
       const [write] = writes;
       for (const read of reads) assert.ok(read.end <= write.start || read.start >= write.end, `${read.holder} overlapped the writer`);
       if (context.fencing) assertTokensFollowGrants([...reads, ...writes]);
@@ -163,7 +150,7 @@ export function primitiveCases(context: PrimitiveContext): void {
         ),
       );
       assert.equal(holds.length, 12);
-      assert.ok(most <= 3 && maxOverlap(holds) <= 3, `${Math.max(most, maxOverlap(holds))} holders at once, limit 3`);
+      assert.ok(most <= 3 && mostAtOnce(holds) <= 3, `${Math.max(most, mostAtOnce(holds))} holders at once, limit 3`);
       assert.equal(most, 3, 'the semaphore never reached its limit');
       if (context.fencing) assertTokensFollowGrants(holds);
     });
@@ -256,7 +243,7 @@ export function primitiveCases(context: PrimitiveContext): void {
       await Promise.all([run(a, [x, y], 'a'), run(b, [y, x], 'b')]);
       for (const [name, intervals] of holds) {
         assert.equal(intervals.length, 400, name);
-        assert.equal(maxOverlap(intervals), 1, `two holders of ${name} at once`);
+        assert.equal(mostAtOnce(intervals), 1, `two holders of ${name} at once`);
         if (context.fencing) assertTokensFollowGrants(intervals);
       }
     });

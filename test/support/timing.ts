@@ -66,3 +66,16 @@ export function assertExclusive(intervals: HoldInterval[], { tokens = true } = {
     }
   }
 }
+
+/** The most intervals that overlap at one moment (an interval ends before one that starts at its end). */
+export function mostAtOnce<T extends number | bigint>(intervals: readonly { readonly start: T; readonly end: T }[]): number {
+  const events = intervals.flatMap((interval) => [
+    { at: interval.start, delta: 1 },
+    { at: interval.end, delta: -1 },
+  ]);
+  events.sort((a, b) => (a.at < b.at ? -1 : a.at > b.at ? 1 : a.delta - b.delta));
+  let inside = 0;
+  let most = 0;
+  for (const event of events) most = Math.max(most, (inside += event.delta));
+  return most;
+}

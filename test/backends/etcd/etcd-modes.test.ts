@@ -4,7 +4,7 @@ import { LockConfigError } from '../../../lib';
 import type { AcquireRequest, EntryMode, LockBackend, LockGrant } from '../../../lib/backends/lock-backend.interface';
 import { createBackend } from '../../../lib/backends/registry';
 import { TcpProxy } from '../../support/tcp-proxy';
-import { abortedWithin, eventually, sleep } from '../../support/timing';
+import { abortedWithin, eventually, sleep, mostAtOnce } from '../../support/timing';
 import { etcdFixture, txnKind, within } from './etcd-test-kit';
 
 /** One grant's hold, as the test saw it: from the grant's arrival to just before its release was sent. */
@@ -50,19 +50,6 @@ describe('etcd backend: read locks and semaphores', () => {
     await backend.release(grant);
   }
 
-  /** The most holds at once, over the recorded intervals. */
-  function mostAtOnce(holds: readonly Hold[]): number {
-    const events = holds.flatMap((h) => [
-      { at: h.start, delta: 1 },
-      { at: h.end, delta: -1 },
-    ]);
-    // At one instant, an end counts before a start: touching intervals do not overlap.
-    events.sort((a, b) => a.at - b.at || a.delta - b.delta);
-    let now = 0;
-    let most = 0;
-    for (const { delta } of events) most = Math.max(most, (now += delta));
-    return most;
-  }
 
   /** Tokens are unique, and a hold that ended before another began has the lower token. */
   function assertTokensFollowGrants(holds: readonly Hold[]): void {

@@ -6,7 +6,7 @@ import { LockConfigError } from '../../../lib/errors';
 import type { EntryMode, LockBackend, LockGrant } from '../../../lib/backends/lock-backend.interface';
 import { createBackend } from '../../../lib/backends/registry';
 import { runSql, startPostgresServer, type PostgresServer } from '../../../servers/postgres-server';
-import { eventually, sleep } from '../../support/timing';
+import { eventually, sleep, mostAtOnce } from '../../support/timing';
 
 const TTL_MS = 10_000;
 /** The crashed permit holder's lease: short, so the test waits for its end. */
@@ -43,18 +43,6 @@ async function holdFor(backend: LockBackend, key: string, mode: EntryMode, holdM
   return hold;
 }
 
-/** The most holds at one time, from their intervals. */
-function mostAtOnce(holds: Hold[]): number {
-  const events = holds.flatMap((hold) => [
-    { at: hold.start, delta: 1 },
-    { at: hold.end, delta: -1 },
-  ]);
-  events.sort((a, b) => (a.at < b.at ? -1 : a.at > b.at ? 1 : a.delta - b.delta));
-  let now = 0;
-  let most = 0;
-  for (const event of events) most = Math.max(most, (now += event.delta));
-  return most;
-}
 
 /** A hold that ended before another began has the smaller token: tokens increase in grant order. */
 function assertTokensInGrantOrder(holds: Hold[]): void {

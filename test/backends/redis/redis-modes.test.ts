@@ -7,7 +7,7 @@ import { LockConfigError, LockServerUnreachableError } from '../../../lib/errors
 import type { EntryMode, LockBackend } from '../../../lib/backends/lock-backend.interface';
 import { createBackend } from '../../../lib/backends/registry';
 import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
-import { eventually, sleep } from '../../support/timing';
+import { eventually, mostAtOnce, sleep } from '../../support/timing';
 
 const TTL_MS = 5_000;
 /** The lease of the holder that dies, short so that the test waits little for it to run out. */
@@ -79,7 +79,6 @@ describe('redis read-write locks and semaphores', () => {
   };
 
   /** Most holds at one moment: a hold starts before another's end for each it overlaps. */
-  const mostAtOnce = (holds: readonly Hold[]) => Math.max(...holds.map((hold) => holds.filter((other) => other.start <= hold.start && other.end > hold.start).length));
 
   /** A grant released before another was granted has the lower token, whatever their modes; no token twice. */
   const assertTokensFollowGrants = (holds: readonly Hold[]) => {

@@ -9,7 +9,7 @@ import { batchToken } from '../../../lib/backends/local-queue/batch';
 import { createBackend } from '../../../lib/backends/registry';
 import { lockNodeName, sortedLockNodes } from '../../../lib/backends/zookeeper/zookeeper-paths';
 import { startZooKeeperServer, type ZooKeeperServer } from '../../../servers/zookeeper-server';
-import { abortedWithin, eventually, sleep } from '../../support/timing';
+import { abortedWithin, eventually, sleep, mostAtOnce } from '../../support/timing';
 import { ClientTraffic, clientOf, watchedPaths } from './zookeeper-client-probe';
 import { ZooKeeperFaultProxy } from './zookeeper-fault-proxy';
 import { ZooKeeperInspector } from './zookeeper-inspect';
@@ -38,10 +38,6 @@ interface Hold {
 
 const overlap = (a: Hold, b: Hold) => a.start < b.end && b.start < a.end;
 
-/** The most holds of `holds` at one moment. */
-function mostAtOnce(holds: readonly Hold[]): number {
-  return Math.max(0, ...holds.map((hold) => holds.filter((other) => other.start <= hold.start && hold.start < other.end).length));
-}
 
 /** Tokens are distinct, and one hold that ended before another began has the lower token. */
 function assertTokensInGrantOrder(holds: readonly Hold[]): void {
