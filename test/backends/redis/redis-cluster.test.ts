@@ -47,6 +47,22 @@ describe('redis backend on Redis Cluster', () => {
     }
   });
 
+  it('locks several names that live in different slots at once (one script per name), in either order', async () => {
+    const names = ['account:a', 'account:b'];
+    const slots = await Promise.all(names.map((name) => cluster.call('CLUSTER', 'KEYSLOT', lockKeys(name).owner)));
+    assert.notEqual(slots[0], slots[1], 'the two names share a slot: pick names that do not');
+    let inside = 0;
+    const transfers = Array.from({ length: 20 }, (_, i) =>
+      services[i % 2].withLock(i % 2 ? names : [...names].reverse(), async (lock) => {
+        assert.equal(++inside, 1, 'two holders of both names at once');
+        assert.deepEqual([...lock.fencingTokens.keys()].sort(), names);
+        await sleep(1);
+        inside--;
+      }),
+    );
+    await Promise.all(transfers);
+  });
+
   it('acquires, queues, hands off, renews and releases on a Cluster client', async () => {
     for (const name of AWKWARD_NAMES) {
       const holder = await services[0].acquire(name);
