@@ -93,7 +93,7 @@ export class LockAcquirer {
       }
       return wait ? this.startWait(key, name, options, signal) : this.fromBackend(key, name, options, signal, false);
     } catch (error) {
-      // Not async (a promise layer less per cycle): bad input still rejects, never throws.
+      // Not async, as every lock takes this path; bad input still rejects, never throws.
       return Promise.reject(error);
     }
   }

@@ -163,7 +163,7 @@ export function resolveRunOptions(
   if (onTimeout !== 'throw' && onTimeout !== 'skip') throw new LockConfigError('onTimeout', `must be 'throw' or 'skip', got ${String(onTimeout)}.`);
   const minHoldMs = options.minHoldMs ?? defaults.minHoldMs;
   assertMilliseconds('minHoldMs', minHoldMs, (ms) => ms >= 0 && ms <= resolved.ttlMs, () => `0 to ttlMs (${resolved.ttlMs}) milliseconds, so the lease covers it; raise ttlMs for a longer hold`);
-  // Spelled out: a spread costs every lock call about half a microsecond.
+  // Spelled out rather than spread: every lock call passes here.
   const { ttlMs, renewIntervalMs, renew, waitTimeoutMs, onLockLost, mode, limit } = resolved;
   return { ttlMs, renewIntervalMs, renew, waitTimeoutMs, onLockLost, mode, limit, onTimeout, minHoldMs };
 }

@@ -202,7 +202,7 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     try {
       const taken = this.acquirer.begin(name, options, signal, method, options.waitTimeoutMs !== 0);
       if (taken instanceof WaitRequest) {
-        // Awaited here, not through waited(): a promise layer less on every lock's path.
+        // Awaited here rather than through waited(): this is every lock's path.
         let grant: LockGrant;
         try {
           grant = await taken.granted;

@@ -6,8 +6,8 @@ import { listenToAbort, stopListeningToAbort, type AbortWatcher } from './shared
 
 /**
  * One acquisition's request to the backend. Its signal is made only when a backend looks at it
- * (most grants come at once, before any backend needs it) or when the wait must end: an
- * AbortSignal costs microseconds to make.
+ * (most grants come at once, before any backend needs it) or when the wait must end: making an
+ * AbortSignal is not free, and most lock calls never need one.
  */
 export class WaitRequest implements StoppableRequest, AbortWatcher {
   private controller?: AbortController;
