@@ -1,5 +1,5 @@
 import { LockServerUnreachableError } from '../errors';
-import { PendingWait } from './pending-wait';
+import { PendingWait } from '../queue/pending-wait';
 
 /**
  * Callers waiting for what a backend opens in the background (its connection, its session), each

@@ -1,4 +1,4 @@
-import { Batch } from '../local-queue/batch';
+import { Batch } from '../../queue/batch';
 import type { EtcdAcquisition } from './etcd-acquisition';
 import type { LockKeys } from './etcd-keys';
 import type { EtcdSession } from './etcd-session';

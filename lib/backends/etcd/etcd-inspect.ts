@@ -1,6 +1,6 @@
 import type { Etcd3, IKeyValue, ITxnRequest } from 'etcd3';
 import type { LockHolder, LockInspection } from '../lock-backend.interface';
-import { batchToken } from '../local-queue/batch';
+import { batchToken } from '../../queue/batch';
 import type { EtcdCalls } from './etcd-calls';
 import { decide, decodeEntry } from './entry-modes';
 import { contenderRange } from './etcd-keys';

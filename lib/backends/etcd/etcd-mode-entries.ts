@@ -1,9 +1,9 @@
 import type { Etcd3, ITxnRequest, ITxnResponse } from 'etcd3';
 import { LockConfigError } from '../../errors';
 import type { BackendLifecycle } from '../backend-lifecycle';
-import { batchToken } from '../local-queue/batch';
+import { batchToken } from '../../queue/batch';
 import type { AcquireRequest, LockGrant } from '../lock-backend.interface';
-import { PendingWait } from '../pending-wait';
+import { PendingWait } from '../../queue/pending-wait';
 import { isStoppable } from '../built-in-backend';
 import type { EntryValue } from './entry-modes';
 import type { EtcdKeyDeletes } from './etcd-key-deletes';

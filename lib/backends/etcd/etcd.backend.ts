@@ -3,7 +3,7 @@ import { LockBackendError, LockServerUnreachableError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
-import { LocalQueueBackend, type ServedGrant } from '../local-queue/local-queue-backend';
+import { LocalQueueBackend, type ServedGrant } from '../../queue/local-queue-backend';
 import { EtcdAcquisition, watchSafetyNetMs } from './etcd-acquisition';
 import { EtcdCalls } from './etcd-calls';
 import { ATTEMPTS, createEtcdClient, suppliedClientAddress } from './etcd-client';

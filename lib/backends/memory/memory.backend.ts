@@ -1,6 +1,6 @@
 import type { AcquireRequest, EntryMode, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import { BackendLifecycle } from '../backend-lifecycle';
-import { PendingWait } from '../pending-wait';
+import { PendingWait } from '../../queue/pending-wait';
 import { MemoryLockStore, type MemoryEntry } from './memory-lock-store';
 
 /**

@@ -1,4 +1,4 @@
-import { Batch, type QueuedCaller } from '../local-queue/batch';
+import { Batch, type QueuedCaller } from '../../queue/batch';
 
 /**
  * A grant whose lease, counted from a moment known to precede it, has less than this share of its

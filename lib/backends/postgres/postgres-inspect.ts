@@ -1,4 +1,4 @@
-import { batchToken } from '../local-queue/batch';
+import { batchToken } from '../../queue/batch';
 import type { LockInspection } from '../lock-backend.interface';
 import type { PostgresCalls } from './postgres-calls';
 import { sqlNames, type PostgresNames } from './postgres-schema';

@@ -1,7 +1,7 @@
 import { LockConfigError } from '../../errors';
-import { batchToken } from '../local-queue/batch';
+import { batchToken } from '../../queue/batch';
 import type { AcquireRequest, EntryMode, LockGrant } from '../lock-backend.interface';
-import { PendingWait } from '../pending-wait';
+import { PendingWait } from '../../queue/pending-wait';
 import { isStoppable } from '../built-in-backend';
 import type { ServerClock } from '../server-clock';
 import { LATE_GRANT_SHARE } from './postgres-batch';

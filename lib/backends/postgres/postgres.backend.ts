@@ -6,7 +6,7 @@ import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import { loadPeer } from '../load-peer';
-import { LocalQueueBackend } from '../local-queue/local-queue-backend';
+import { LocalQueueBackend } from '../../queue/local-queue-backend';
 import { ServerClock } from '../server-clock';
 import { LATE_GRANT_SHARE, PostgresBatch } from './postgres-batch';
 import { PostgresCalls } from './postgres-calls';

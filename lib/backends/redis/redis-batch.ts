@@ -1,4 +1,4 @@
-import { Batch } from '../local-queue/batch';
+import { Batch } from '../../queue/batch';
 
 /** A `performance.now()` time the server's lease of an entry counts from, and its length. */
 export interface EntryLease {

@@ -1,4 +1,4 @@
-import { batchToken } from '../local-queue/batch';
+import { batchToken } from '../../queue/batch';
 import type { EntryMode, LockHolder, LockInspection } from '../lock-backend.interface';
 import type { RedisConnections } from './redis-connection';
 import { lockKeys } from './redis-keys';

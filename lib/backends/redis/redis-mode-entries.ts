@@ -1,8 +1,8 @@
 import { Logger } from '@nestjs/common';
 import { LockConfigError } from '../../errors';
-import { batchToken } from '../local-queue/batch';
+import { batchToken } from '../../queue/batch';
 import type { AcquireRequest, LockGrant } from '../lock-backend.interface';
-import { PendingWait } from '../pending-wait';
+import { PendingWait } from '../../queue/pending-wait';
 import { isStoppable } from '../built-in-backend';
 import { isLate } from './redis-batch-leases';
 import { ownerValue } from './redis-commands';

@@ -4,7 +4,7 @@ import { LockBackendError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
-import { LocalQueueBackend, type ServedGrant } from '../local-queue/local-queue-backend';
+import { LocalQueueBackend, type ServedGrant } from '../../queue/local-queue-backend';
 import { RedisBatch } from './redis-batch';
 import { BatchLeases, isLate } from './redis-batch-leases';
 import { RedisConnections } from './redis-connection';

@@ -1,4 +1,4 @@
-import { Batch, type QueuedCaller } from '../local-queue/batch';
+import { Batch, type QueuedCaller } from '../../queue/batch';
 import type { Won } from './redlock-votes';
 
 /**

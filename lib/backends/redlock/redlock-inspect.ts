@@ -1,5 +1,5 @@
 import { LockServerUnreachableError } from '../../errors';
-import { batchToken } from '../local-queue/batch';
+import { batchToken } from '../../queue/batch';
 import type { LockInspection } from '../lock-backend.interface';
 import { RedisScript } from '../redis/redis-script';
 import type { Answer, RedlockMasters } from './redlock-masters';

@@ -3,7 +3,7 @@ import { LockBackendError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
-import { LocalQueueBackend } from '../local-queue/local-queue-backend';
+import { LocalQueueBackend } from '../../queue/local-queue-backend';
 import { RedlockAcquisition, UNREACHABLE_RETRY_MS, type AcquisitionReport, type AcquisitionTiming } from './redlock-acquisition';
 import { RedlockBatch } from './redlock-batch';
 import { forceReleaseRedlock, inspectRedlock } from './redlock-inspect';

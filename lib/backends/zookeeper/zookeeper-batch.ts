@@ -1,4 +1,4 @@
-import { Batch } from '../local-queue/batch';
+import { Batch } from '../../queue/batch';
 import type { LockNode } from './zookeeper-lock-nodes';
 import type { OwnNodeWatch } from './zookeeper-own-node';
 import type { ZooKeeperSession } from './zookeeper-session';

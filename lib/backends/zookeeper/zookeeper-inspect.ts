@@ -1,6 +1,6 @@
 import { DistributedLockError } from '../../errors';
 import type { LockHolder, LockInspection } from '../lock-backend.interface';
-import { batchToken } from '../local-queue/batch';
+import { batchToken } from '../../queue/batch';
 import { ZkCode, zkCode, zxidOf, type ZkStat } from './zookeeper-client';
 import { holdersOf } from './zookeeper-entry-rule';
 import { lockNodeName, sortedEntries, type QueueEntry } from './zookeeper-paths';

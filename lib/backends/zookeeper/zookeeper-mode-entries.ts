@@ -1,7 +1,7 @@
 import { DistributedLockError, LockConfigError } from '../../errors';
 import type { AcquireRequest, LockGrant } from '../lock-backend.interface';
-import { batchToken } from '../local-queue/batch';
-import { PendingWait } from '../pending-wait';
+import { batchToken } from '../../queue/batch';
+import { PendingWait } from '../../queue/pending-wait';
 import { isStoppable } from '../built-in-backend';
 import type { QueuePlace } from './zookeeper-batch';
 import type { LockNodes } from './zookeeper-lock-nodes';

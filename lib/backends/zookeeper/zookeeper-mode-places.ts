@@ -1,6 +1,6 @@
 import { LockConfigError } from '../../errors';
 import type { AcquireRequest } from '../lock-backend.interface';
-import { PendingWait } from '../pending-wait';
+import { PendingWait } from '../../queue/pending-wait';
 import { ZkCode, zkCode } from './zookeeper-client';
 import type { QueuePlace } from './zookeeper-batch';
 import { blockersOf, otherLimitAhead } from './zookeeper-entry-rule';

@@ -1,4 +1,4 @@
-import { PendingWait } from '../pending-wait';
+import { PendingWait } from '../../queue/pending-wait';
 import { NODE_DELETED, ZkCode, zkCode } from './zookeeper-client';
 import type { ZooKeeperBatch, QueuePlace } from './zookeeper-batch';
 import type { LockNode, LockNodes } from './zookeeper-lock-nodes';

@@ -1,4 +1,4 @@
-import { PendingWait } from '../pending-wait';
+import { PendingWait } from '../../queue/pending-wait';
 import { ZkCode, zkCode } from './zookeeper-client';
 import { ZooKeeperSessionLostError } from './zookeeper-session';
 

@@ -1,6 +1,6 @@
 import { DistributedLockError } from '../../errors';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
-import { LocalQueueBackend, type ServedGrant } from '../local-queue/local-queue-backend';
+import { LocalQueueBackend, type ServedGrant } from '../../queue/local-queue-backend';
 import type { ZkModule, ZkStat } from './zookeeper-client';
 import { ZooKeeperBatch, type QueuePlace } from './zookeeper-batch';
 import { ZooKeeperInspector } from './zookeeper-inspect';

@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { LockLostError, type LockBackend, type LockGrant } from '../../../lib';
 import { createBackend } from '../../../lib/backends/registry';
-import { batchToken, TURN_BITS } from '../../../lib/backends/local-queue/batch';
+import { batchToken, TURN_BITS } from '../../../lib/queue/batch';
 import { lockKeys } from '../../../lib/backends/redis/redis-keys';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { startRedisServer, type RedisServer } from '../../../servers/redis-server';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { LockBackendError, LockLostError, type LockHandle, type LockService } from '../../../lib';
-import { TURN_BITS } from '../../../lib/backends/local-queue/batch';
+import { TURN_BITS } from '../../../lib/queue/batch';
 import { createBackend } from '../../../lib/backends/registry';
 import { lockKeys } from '../../../lib/backends/redis/redis-keys';
 import { lockServiceOver } from '../../support/lock-service-factory';

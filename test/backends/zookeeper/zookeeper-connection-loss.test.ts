@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { LockHandle } from '../../../lib';
-import { batchToken } from '../../../lib/backends/local-queue/batch';
+import { batchToken } from '../../../lib/queue/batch';
 import { createZooKeeperBackend } from '../../../lib/backends/zookeeper/create-zookeeper-backend';
 import { lockNodeName } from '../../../lib/backends/zookeeper/zookeeper-paths';
 import { lockServiceOver } from '../../support/lock-service-factory';

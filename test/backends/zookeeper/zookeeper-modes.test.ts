@@ -5,7 +5,7 @@ import path from 'node:path';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { LockConfigError, LockServerUnreachableError } from '../../../lib/errors';
 import type { EntryMode, LockBackend, LockGrant } from '../../../lib/backends/lock-backend.interface';
-import { batchToken } from '../../../lib/backends/local-queue/batch';
+import { batchToken } from '../../../lib/queue/batch';
 import { createBackend } from '../../../lib/backends/registry';
 import { lockNodeName, sortedLockNodes } from '../../../lib/backends/zookeeper/zookeeper-paths';
 import { startZooKeeperServer, type ZooKeeperServer } from '../../../servers/zookeeper-server';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { LockTimeoutError, type LockBackend, type LockHandle, type LockLostError, type LockService } from '../../../lib';
-import { batchToken } from '../../../lib/backends/local-queue/batch';
+import { batchToken } from '../../../lib/queue/batch';
 import { createZooKeeperBackend } from '../../../lib/backends/zookeeper/create-zookeeper-backend';
 import { PARENT_IDLE_MS } from '../../../lib/backends/zookeeper/zookeeper-parents';
 import { lockNodeName, sortedLockNodes } from '../../../lib/backends/zookeeper/zookeeper-paths';

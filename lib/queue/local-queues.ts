@@ -1,6 +1,6 @@
-import type { AcquireRequest, LockGrant } from '../lock-backend.interface';
-import { isStoppable } from '../built-in-backend';
-import { PendingWait } from '../pending-wait';
+import type { AcquireRequest, LockGrant } from '../backends/lock-backend.interface';
+import { isStoppable } from '../backends/built-in-backend';
+import { PendingWait } from './pending-wait';
 import type { Batch } from './batch';
 
 /**

@@ -1,5 +1,5 @@
-import type { AcquireRequest, LockGrant } from '../lock-backend.interface';
-import type { PendingWait } from '../pending-wait';
+import type { AcquireRequest, LockGrant } from '../backends/lock-backend.interface';
+import type { PendingWait } from './pending-wait';
 
 /**
  * Bits of a fencing token left for the turn within a batch: the token of the n-th caller served

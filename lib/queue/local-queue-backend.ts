@@ -1,6 +1,6 @@
-import { BackendLifecycle } from '../backend-lifecycle';
-import { isStoppable } from '../built-in-backend';
-import type { AcquireRequest, LockGrant } from '../lock-backend.interface';
+import { BackendLifecycle } from '../backends/backend-lifecycle';
+import { isStoppable } from '../backends/built-in-backend';
+import type { AcquireRequest, LockGrant } from '../backends/lock-backend.interface';
 import type { Batch } from './batch';
 import { LocalQueues, type BatchEntries } from './local-queues';
 
