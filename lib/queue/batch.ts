@@ -1,4 +1,4 @@
-import type { AcquireRequest, LockGrant } from '../backends/lock-backend.interface';
+import type { AcquireRequest, EntryMode, LockGrant } from '../backends/lock-backend.interface';
 import type { PendingWait } from './pending-wait';
 
 /**
@@ -29,13 +29,19 @@ export interface QueuedCaller {
 export type BatchState = 'open' | 'sending' | 'queued' | 'holding' | 'ended';
 
 /**
- * Callers of this process queued behind one server-side entry for one name. The callers that
- * arrive before the entry is sent share it and are served one after the other while it holds
- * the lock: a burst of a thousand callers costs one entry put and one removed. Backends extend
- * it with what their entry needs (keys, session, lease).
+ * Callers of this process queued behind one server-side entry for one name, all of one mode. The
+ * callers that arrive before the entry is sent share it: a write entry serves them one after the
+ * other while it holds, a read entry all at once (readers of one process never wait for each
+ * other); a permit entry is one of the semaphore's places, so it takes a single caller. A burst of
+ * a thousand writers or readers costs one entry put and one removed. Backends extend it with what
+ * their entry needs (keys, session, lease).
  */
 export class Batch {
   state: BatchState = 'open';
+  /** The entry's kind at the server; set by LocalQueues from the first caller's request. */
+  mode: EntryMode = 'write';
+  /** For a permit entry: the semaphore's limit. */
+  limit?: number;
   private readonly callers: QueuedCaller[] = [];
   private joined = 0;
   private served = 0;
@@ -44,8 +50,8 @@ export class Batch {
   private baseOf?: bigint;
   /** The server's fencing token for this batch's entry, once it holds. */
   entryToken?: bigint;
-  /** The owner served now, if any. */
-  holder?: string;
+  /** The owners served now: at most one, except under a read entry. */
+  readonly holders = new Set<string>();
   /**
    * Set by LocalQueues for the first caller of a name, whose abort it listens for only once the
    * batch turns out to wait (see AcquireRequest.signal: most such callers are granted at once).
@@ -64,7 +70,18 @@ export class Batch {
   ) {}
 
   get full(): boolean {
-    return this.joined >= BATCH_LIMIT;
+    return this.joined >= (this.mode === 'permit' ? 1 : BATCH_LIMIT);
+  }
+
+  /** A caller asking for `request` may share this batch's entry (same kind, room left). */
+  fits(request: Pick<AcquireRequest, 'mode' | 'limit'>): boolean {
+    return (request.mode ?? 'write') === this.mode && request.limit === this.limit && !this.full;
+  }
+
+  /** The first owner served now, if any (the only one outside read entries). */
+  get holder(): string | undefined {
+    for (const owner of this.holders) return owner;
+    return undefined;
   }
 
   add(caller: QueuedCaller): void {

@@ -4,10 +4,14 @@ import type { AcquireRequest, LockGrant } from '../backends/lock-backend.interfa
 import type { Batch } from './batch';
 import { LocalQueues, type BatchEntries } from './local-queues';
 
-/** A grant the backend gave, and the batch it was served under. */
+/** A grant the backend gave, and the batch it was served under: the one held-grant record of every queueing backend. */
 export interface ServedGrant<B extends Batch> {
   readonly grant: LockGrant;
   readonly batch: B;
+  /** The ttl the holder's lease has at the server once renewed for it (backends that renew per holder). */
+  ttlMs?: number;
+  /** Fires the grant's lost signal, for a backend that learns of a loss without asking (a session, a watch). */
+  readonly lost?: AbortController;
 }
 
 export interface LocalQueueBackendOptions {
@@ -28,12 +32,12 @@ export interface LocalQueueBackendOptions {
  * acquire, the local check of tryAcquire, and release by the held grant. A backend adds its
  * BatchEntries, its batches (newBatch) and its server's try (tryTake).
  */
-export abstract class LocalQueueBackend<B extends Batch, H extends ServedGrant<B> = ServedGrant<B>> implements BatchEntries<B> {
+export abstract class LocalQueueBackend<B extends Batch> implements BatchEntries<B> {
   protected readonly lifecycle: BackendLifecycle;
   /** This process's callers by lock name, in batches behind one server entry each. */
   protected readonly queues: LocalQueues<B>;
   /** The grants of this process that are held now, by owner. */
-  protected readonly held = new Map<string, H>();
+  protected readonly held = new Map<string, ServedGrant<B>>();
   /** LocalQueues ends a caller's wait the moment its request is stopped (PendingWait). */
   readonly settlesStoppedWaits = true;
   private readonly signalOnlyWhenWaiting: boolean;
@@ -84,10 +88,13 @@ export abstract class LocalQueueBackend<B extends Batch, H extends ServedGrant<B
     return this.queues.acquire(request);
   }
 
-  /** A name this process already queues for or holds is busy: null without asking the server. */
+  /**
+   * A write of a name this process already queues for or holds is busy: null without asking the
+   * server. A read or permit asks the server, whose rule knows what else holds.
+   */
   async tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
     this.lifecycle.assertOpen();
-    if (this.queues.has(request.key)) return null;
+    if ((request.mode ?? 'write') === 'write' && this.queues.has(request.key)) return null;
     return this.tryTake(request);
   }
 
@@ -96,11 +103,11 @@ export abstract class LocalQueueBackend<B extends Batch, H extends ServedGrant<B
     const held = this.heldFor(grant);
     if (!held) return Promise.resolve();
     this.held.delete(grant.owner);
-    return this.queues.release(held.batch, validForMs);
+    return this.queues.release(held.batch, grant.owner, validForMs);
   }
 
   /** The held lock of this very grant: a stale grant of a reused owner id does not match. */
-  protected heldFor(grant: LockGrant): H | undefined {
+  protected heldFor(grant: LockGrant): ServedGrant<B> | undefined {
     const held = this.held.get(grant.owner);
     return held?.grant.fencingToken === grant.fencingToken ? held : undefined;
   }

@@ -93,8 +93,10 @@ export class LocalQueues<B extends Batch> {
     const wait = new PendingWait<LockGrant>();
     let batch = queue.batches.at(-1);
     const first = batch === undefined;
-    if (!batch || !(batch.state === 'open' || batch.lateJoins) || batch.full) {
+    if (!batch || !(batch.state === 'open' || batch.lateJoins) || !batch.fits(request)) {
       batch = this.newBatch(request.key, `~q${(batchSeq++).toString(36)}`);
+      batch.mode = request.mode ?? 'write';
+      batch.limit = request.limit;
       queue.batches.push(batch);
     }
     const joined = batch;
@@ -116,6 +118,8 @@ export class LocalQueues<B extends Batch> {
       if (first) joined.listenLater = listen;
       else listen();
     }
+    // A reader that joins an entry already holding (a late join) shares it at once.
+    if (joined.mode === 'read' && joined.state === 'holding') this.serve(joined);
     if (sendNow) {
       this.sendSoon(() => (joined.lateJoins = false));
     } else if (joined.state === 'open' && !queue.pumpScheduled) {
@@ -133,10 +137,13 @@ export class LocalQueues<B extends Batch> {
     return this.queues.has(name);
   }
 
-  /** A batch that took the lock outright (a try): it holds, ahead of any batch queued meanwhile. */
-  adopt(batch: B, entryToken: bigint): void {
+  /** A batch that took the lock outright for `request` (a try): it holds, ahead of any batch queued meanwhile. */
+  adopt(batch: B, entryToken: bigint, request: Pick<AcquireRequest, 'owner' | 'mode' | 'limit'>): void {
     batch.entryToken = entryToken;
     batch.state = 'holding';
+    batch.mode = request.mode ?? 'write';
+    batch.limit = request.limit;
+    batch.holders.add(request.owner);
     this.queueOf(batch.name).batches.unshift(batch);
   }
 
@@ -164,14 +171,14 @@ export class LocalQueues<B extends Batch> {
   }
 
   /**
-   * The holder of `batch` let go. The next caller of the batch gets the lock at once when the
-   * lease is known valid (`validForMs`), after a check that the entry still holds otherwise; with
-   * nobody left the entry is removed.
+   * `owner`, a holder of `batch`, let go. The next caller of the batch gets the lock at once when
+   * the lease is known valid (`validForMs`), after a check that the entry still holds otherwise;
+   * with nobody left (readers still holding count) the entry is removed.
    */
-  release(batch: B, validForMs: number | undefined): Promise<void> {
-    batch.holder = undefined;
+  release(batch: B, owner: string, validForMs: number | undefined): Promise<void> {
+    batch.holders.delete(owner);
     try {
-      if (batch.state !== 'holding' || !this.entries.usable(batch)) return RESOLVED;
+      if (batch.state !== 'holding' || batch.holders.size > 0 || !this.entries.usable(batch)) return RESOLVED;
       if (batch.hasCallers && this.isOpen()) {
         if (validForMs === undefined) this.confirmThenServe(batch);
         else this.serve(batch, validForMs);
@@ -213,7 +220,7 @@ export class LocalQueues<B extends Batch> {
    */
   requeue(batch: B): void {
     if (batch.state !== 'holding') return;
-    batch.holder = undefined;
+    batch.holders.clear();
     if (!batch.hasCallers || !this.isOpen()) return this.end(batch);
     batch.newEntry();
     batch.state = 'sending';
@@ -249,17 +256,21 @@ export class LocalQueues<B extends Batch> {
   }
 
   /**
-   * The entry holds and nobody is served: the batch's next caller gets the lock (`validForMs`:
-   * handed over by a holder whose lease was known valid that much longer).
+   * The entry holds: the batch's next caller gets the lock when nobody is served, and under a
+   * read entry every caller waiting does (`validForMs`: handed over by a holder whose lease was
+   * known valid that much longer).
    */
   private serve(batch: B, validForMs?: number): void {
-    if (batch.state !== 'holding' || batch.holder !== undefined || !this.entries.usable(batch)) return;
+    if (batch.state !== 'holding' || (batch.mode !== 'read' && batch.holders.size > 0) || !this.entries.usable(batch)) return;
     batch.listenLater = undefined;
-    const caller = batch.next();
-    if (!caller) return void this.finish(batch).catch(() => undefined);
-    const grant = this.entries.grant(batch, caller.request, validForMs);
-    batch.holder = caller.request.owner;
-    caller.wait.resolve(grant);
+    let caller = batch.next();
+    if (!caller && batch.holders.size === 0) return void this.finish(batch).catch(() => undefined);
+    while (caller) {
+      const grant = this.entries.grant(batch, caller.request, validForMs);
+      batch.holders.add(caller.request.owner);
+      caller.wait.resolve(grant);
+      caller = batch.mode === 'read' ? batch.next() : undefined;
+    }
   }
 
   private confirmThenServe(batch: B): void {

@@ -3,7 +3,7 @@ import { LockBackendError, LockServerUnreachableError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
-import { LocalQueueBackend, type ServedGrant } from '../../queue/local-queue-backend';
+import { LocalQueueBackend } from '../../queue/local-queue-backend';
 import { EtcdAcquisition, watchSafetyNetMs } from './etcd-acquisition';
 import { EtcdCalls } from './etcd-calls';
 import { ATTEMPTS, createEtcdClient, suppliedClientAddress } from './etcd-client';
@@ -17,11 +17,6 @@ import { recheckTxn, rangeKvs, tryTakeTxn } from './etcd-requests';
 import { SessionRanOut, type EtcdSession } from './etcd-session';
 import { EtcdSessions } from './etcd-sessions';
 import { LocalFollowers } from './local-followers';
-
-interface ServedEtcdGrant extends ServedGrant<EtcdBatch> {
-  /** Fires the grant's lost signal: the backend learns of a lost session or key without asking. */
-  readonly lost: AbortController;
-}
 
 /** What the backend needs besides the client; see createEtcdBackend. */
 export interface EtcdBackendConfig {
@@ -44,7 +39,7 @@ export interface EtcdBackendConfig {
  * 16 bits, plus the caller's turn under that key. Read and permit entries are keys of their own in
  * the same queue, one per caller (EtcdModeEntries).
  */
-export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGrant> implements LockBackend {
+export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements LockBackend {
   readonly name = 'etcd';
   readonly maxKeyBytes = 1024;
   /** Read and permit entries: one key per caller, in the same queue (EtcdModeEntries). */
@@ -137,8 +132,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGran
       return null;
     }
     // Callers that queued meanwhile put their key after ours: they wait for this one.
-    this.queues.adopt(batch, BigInt(response.header.revision));
-    batch.holder = owner;
+    this.queues.adopt(batch, BigInt(response.header.revision), { owner });
     return this.grant(batch, request);
   }
 
@@ -177,7 +171,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGran
     const waitError = this.lifecycle.closedWhileWaiting();
     this.queues.closeAll(waitError);
     const heldError = this.lifecycle.closedWhileHeld();
-    for (const held of this.held.values()) held.lost.abort(heldError);
+    for (const held of this.held.values()) held.lost?.abort(heldError);
     this.held.clear();
     this.entries.close(waitError, heldError);
     this.deletes.stop();
@@ -308,7 +302,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch, ServedEtcdGran
     for (const [owner, held] of this.held) {
       if (held.batch.session !== session) continue;
       this.held.delete(owner);
-      held.lost.abort(error);
+      held.lost?.abort(error);
     }
     this.entries.sessionLost(session, error);
     for (const batch of this.queues.batches()) {

@@ -205,8 +205,7 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     this.clock.sample(row.server_ms, sentAt);
     if (row.granted_fence === null) return null;
     this.leaseFrom(batch, sentAt + row.left_ms - batch.ttlMs, batch.ttlMs);
-    this.queues.adopt(batch, BigInt(row.granted_fence));
-    batch.holder = request.owner;
+    this.queues.adopt(batch, BigInt(row.granted_fence), request);
     return this.grant(batch, request);
   }
 

@@ -4,7 +4,7 @@ import { LockBackendError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
-import { LocalQueueBackend, type ServedGrant } from '../../queue/local-queue-backend';
+import { LocalQueueBackend } from '../../queue/local-queue-backend';
 import { RedisBatch } from './redis-batch';
 import { BatchLeases, isLate } from './redis-batch-leases';
 import { RedisConnections } from './redis-connection';
@@ -24,18 +24,13 @@ import { RedisModeEntries } from './redis-mode-entries';
 const MIN_HANDOVER_VALIDITY_MS = 50;
 const logger = new Logger('DistributedLock');
 
-interface ServedRedisGrant extends ServedGrant<RedisBatch> {
-  /** The ttl the holder's lease has at Redis once renewed for it. */
-  ttlMs: number;
-}
-
 /**
  * Redis (single node, Sentinel or Cluster): a FIFO queue per lock name with direct handoff.
  * A process's callers of one name queue behind one entry per batch (LocalQueues) and take turns
  * while it holds; the release script makes the next entry the owner and publishes the grant on
  * that entry's process channel, so an entry owns the lock when the message arrives. See docs/redis.md.
  */
-export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisGrant> implements LockBackend {
+export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements LockBackend {
   readonly name = 'redis';
   /** Names are percent-encoded into the hash tag (up to 3x); Redis takes far longer keys. */
   readonly maxKeyBytes = 1024;
@@ -141,8 +136,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch, ServedRedisG
       batch.lease = { from: requestedAt, ttlMs: ttl };
       this.entries.set(owner, batch);
       // Callers that queued meanwhile put their entry after this one: they wait for it.
-      this.queues.adopt(batch, BigInt(reply));
-      batch.holder = owner;
+      this.queues.adopt(batch, BigInt(reply), { owner });
       return this.grant(batch, { key, owner, ttlMs });
     } catch (error) {
       // The script may still run (a paused server wakes up): the cancel, sent after it, gives back what it took.

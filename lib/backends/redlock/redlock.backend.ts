@@ -129,8 +129,7 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
       if (!this.lifecycle.isOpen) this.lifecycle.assertOpen();
       return null;
     }
-    this.queues.adopt(batch, vote.token);
-    batch.holder = owner;
+    this.queues.adopt(batch, vote.token, { owner });
     return this.grant(batch, request);
   }
 

@@ -13,11 +13,6 @@ import { ZooKeeperRenewals } from './zookeeper-renewals';
 import type { ZooKeeperSession, ZooKeeperSessionOptions } from './zookeeper-session';
 import { ZooKeeperSessions } from './zookeeper-sessions';
 
-interface ServedZooKeeperGrant extends ServedGrant<ZooKeeperBatch> {
-  /** Fires the grant's lost signal: the backend learns of a lost session or key without asking. */
-  readonly lost: AbortController;
-}
-
 /**
  * A fair lock on ephemeral sequential nodes, as Curator's InterProcessMutex: a node
  * `<rootPath>/<encoded name>/_c_<attempt uuid>-lock-<sequence>` per queued batch of this
@@ -26,7 +21,7 @@ interface ServedZooKeeperGrant extends ServedGrant<ZooKeeperBatch> {
  * with no round trip between them; the fencing token is `(czxid << 16) + turn`. One session per
  * backend, opened in the background at creation; a node lives as long as its session.
  */
-export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch, ServedZooKeeperGrant> implements LockBackend {
+export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> implements LockBackend {
   readonly name = 'zookeeper';
   /** Longer keys are hashed by LockService first; lockNodeName hashes encoded names above 240 chars itself. */
   readonly maxKeyBytes = 4096;
@@ -166,7 +161,7 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch, Serv
     for (const batch of this.queues.batches()) batch.unwatch?.();
     this.queues.closeAll(waitError);
     const heldError = this.lifecycle.closedWhileHeld();
-    for (const held of this.held.values()) held.lost.abort(heldError);
+    for (const held of this.held.values()) held.lost?.abort(heldError);
     this.held.clear();
     this.places.clear();
     this.parents.removeIdleNow(this.sessions.existing);
@@ -273,8 +268,7 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch, Serv
       throw stop.reason ?? new DistributedLockError(`Lock node ${place.node.path} was lost as it was granted.`);
     }
     // Batches of this process that queued meanwhile put their node after ours: they wait for this one.
-    this.queues.adopt(batch, place.node.czxid);
-    batch.holder = request.owner;
+    this.queues.adopt(batch, place.node.czxid, request);
     return this.grant(batch, request);
   }
 
@@ -328,7 +322,7 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch, Serv
     const holder = batch.holder === undefined ? undefined : this.held.get(batch.holder);
     if (holder?.batch === batch) {
       this.held.delete(holder.grant.owner);
-      holder.lost.abort(reason);
+      holder.lost?.abort(reason);
     }
     this.queues.requeue(batch);
     this.parentIdle(batch, place.session);
@@ -346,7 +340,7 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch, Serv
   }
 
   /** Only the very grant object this backend gave matches, not a copy of it. */
-  protected override heldFor(grant: LockGrant): ServedZooKeeperGrant | undefined {
+  protected override heldFor(grant: LockGrant): ServedGrant<ZooKeeperBatch> | undefined {
     const held = super.heldFor(grant);
     return held?.grant === grant ? held : undefined;
   }
