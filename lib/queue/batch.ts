@@ -64,7 +64,8 @@ export class Batch {
   lateJoins = false;
 
   constructor(
-    readonly name: string,
+    /** The full key (module keyPrefix + resolved name, hashed when long): the server-side queue. */
+    readonly key: string,
     /** Unique within the process: backends use it to name the entry. */
     readonly id: string,
   ) {}

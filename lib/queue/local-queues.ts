@@ -144,7 +144,7 @@ export class LocalQueues<B extends Batch> {
     batch.mode = request.mode ?? 'write';
     batch.limit = request.limit;
     batch.holders.add(request.owner);
-    this.queueOf(batch.name).batches.unshift(batch);
+    this.queueOf(batch.key).batches.unshift(batch);
   }
 
   /** Every batch, of every name. */
@@ -158,7 +158,7 @@ export class LocalQueues<B extends Batch> {
       batch.state = 'queued';
       this.listenNow(batch);
     }
-    const queue = this.queues.get(batch.name);
+    const queue = this.queues.get(batch.key);
     if (queue) this.pump(queue);
   }
 
@@ -204,12 +204,12 @@ export class LocalQueues<B extends Batch> {
     batch.listenLater = undefined;
     // Built only when someone still waits: an error's stack costs more than a whole lock cycle's bookkeeping.
     if (batch.hasCallers) batch.rejectAll(error ?? this.closedWhileWaiting());
-    const queue = this.queues.get(batch.name);
+    const queue = this.queues.get(batch.key);
     if (!queue) return undefined;
     const index = queue.batches.indexOf(batch);
     if (index >= 0) queue.batches.splice(index, 1);
     if (queue.batches.length > 0) return queue;
-    this.queues.delete(batch.name);
+    this.queues.delete(batch.key);
     return undefined;
   }
 

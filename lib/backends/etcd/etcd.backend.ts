@@ -193,7 +193,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
   private enqueue(batch: EtcdBatch, session: EtcdSession, retryOnNewSession: boolean): void {
     if (batch.state !== 'sending') return;
     if (!batch.hasCallers || !this.lifecycle.isOpen) return this.queues.end(batch);
-    const keys = session.entryKeys(batch.name);
+    const keys = session.entryKeys(batch.key);
     const ownId = keys.own.toString('latin1');
     batch.keys = keys;
     batch.session = session;

@@ -11,7 +11,7 @@ const RETRY_MS = 250;
 
 /** What the safety net needs of a waiting entry: a batch of write callers, or a read or permit entry. */
 export interface WaitingEntry {
-  readonly name: string;
+  readonly key: string;
   readonly state: string;
   /** The local time after which the current holder's lease has surely ended at the server: check then. */
   holderEndsAt: number;
@@ -88,7 +88,7 @@ export class PostgresSafetyNet<E extends WaitingEntry> {
       this.again = true;
       return;
     }
-    const batches = [...this.waiting()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const batches = [...this.waiting()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
     if (batches.length === 0 || this.stopped) return;
     this.running = true;
     const sentAt = performance.now();

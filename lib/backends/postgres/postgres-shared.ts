@@ -38,7 +38,7 @@ class SharedEntry implements WaitingEntry {
   grant?: SharedGrant;
 
   constructor(
-    readonly name: string,
+    readonly key: string,
     /** The entry's owner at the server: unique across processes. */
     readonly entry: string,
     readonly owner: string,
@@ -79,7 +79,7 @@ export class PostgresSharedEntries {
     this.safetyNet = new PostgresSafetyNet<SharedEntry>(
       (entries) =>
         this.calls.query<CheckRow>('check the queue', this.sql.check, [
-          entries.map((entry) => entry.name),
+          entries.map((entry) => entry.key),
           entries.map((entry) => entry.entry),
           entries.map((entry) => entry.mode),
           entries.map((entry) => entry.limit),
@@ -144,7 +144,7 @@ export class PostgresSharedEntries {
     if (entry?.grant !== grant) return Promise.resolve();
     this.held.delete(grant.owner);
     entry.state = 'ended';
-    return this.calls.query('release a lock', this.sql.release, [entry.name, entry.entry]).then(() => undefined);
+    return this.calls.query('release a lock', this.sql.release, [entry.key, entry.entry]).then(() => undefined);
   }
 
   /** A notified grant (`<entry> <fence> <server ms>`), when the entry is one of these; false otherwise. */
@@ -188,7 +188,7 @@ export class PostgresSharedEntries {
   }
 
   private acquireValues(entry: SharedEntry, queue: boolean): unknown[] {
-    return [entry.name, entry.entry, this.listener.channel, entry.mode, entry.limit, entry.ttlMs, entry.aliveMs, queue];
+    return [entry.key, entry.entry, this.listener.channel, entry.mode, entry.limit, entry.ttlMs, entry.aliveMs, queue];
   }
 
   /** Puts the entry at the server: granted at once, or queued at the tail. Also the way back into the queue for a late grant that ran out. */
@@ -260,7 +260,7 @@ export class PostgresSharedEntries {
   private holding(entry: SharedEntry, fence: bigint, requestedAt: number): SharedGrant {
     entry.state = 'holding';
     entry.fence = fence;
-    entry.grant = new SharedGrant(entry.name, entry.owner, batchToken(fence, 0n), this.lost, Math.min(requestedAt, performance.now()));
+    entry.grant = new SharedGrant(entry.key, entry.owner, batchToken(fence, 0n), this.lost, Math.min(requestedAt, performance.now()));
     this.held.set(entry.owner, entry);
     return entry.grant;
   }
@@ -268,7 +268,7 @@ export class PostgresSharedEntries {
   /** The entry's holder row, owner- and fence-checked, extended to `ttlMs` from now; false when it is not ours. */
   private async renewEntry(entry: SharedEntry, ttlMs: number, operation: string): Promise<boolean> {
     const sentAt = performance.now();
-    const [row] = await this.calls.query<{ server_ms: number | null }>(operation, this.sql.renew, [entry.name, entry.entry, ttlMs, entry.fence!.toString()]);
+    const [row] = await this.calls.query<{ server_ms: number | null }>(operation, this.sql.renew, [entry.key, entry.entry, ttlMs, entry.fence!.toString()]);
     if (row?.server_ms === null || row?.server_ms === undefined) return false;
     this.clock.sample(row.server_ms, sentAt);
     return true;
@@ -291,7 +291,7 @@ export class PostgresSharedEntries {
   /** Leaves the queue or the holders, owner-checked: best effort, the lease or the entry's liveness ends it otherwise. */
   private letGo(entry: SharedEntry): Promise<void> {
     this.entries.delete(entry.entry);
-    return this.calls.query('release a lock', this.sql.release, [entry.name, entry.entry]).then(
+    return this.calls.query('release a lock', this.sql.release, [entry.key, entry.entry]).then(
       () => undefined,
       () => undefined,
     );
@@ -300,7 +300,7 @@ export class PostgresSharedEntries {
   private limitError(entry: SharedEntry, otherLimit: number): LockConfigError {
     return new LockConfigError(
       'limit',
-      `the semaphore "${entry.name}" is held or awaited with limit ${otherLimit}, and this permit asks for limit ${entry.limit}: every permit of a key must use one limit.`,
+      `the semaphore "${entry.key}" is held or awaited with limit ${otherLimit}, and this permit asks for limit ${entry.limit}: every permit of a key must use one limit.`,
     );
   }
 

@@ -88,7 +88,7 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     this.safetyNet = new PostgresSafetyNet<PostgresBatch>(
       (batches) =>
         this.calls.query<CheckRow>('check the queue', this.sql.check, [
-          batches.map((batch) => batch.name),
+          batches.map((batch) => batch.key),
           batches.map((batch) => batch.entry),
           batches.map((batch) => batch.ttlMs),
           batches.map((batch) => batch.aliveMs),
@@ -103,11 +103,11 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     );
     // A lone row goes as the plain statement: arrays and unnest cost the server more than the call itself.
     this.queueing = new StatementCoalescer(
-      (batch) => this.calls.queryOne<AcquireRow>('queue for a lock', this.sql.acquire, [batch.name, batch.entry, this.listener.channel, batch.ttlMs, batch.aliveMs, true]),
+      (batch) => this.calls.queryOne<AcquireRow>('queue for a lock', this.sql.acquire, [batch.key, batch.entry, this.listener.channel, batch.ttlMs, batch.aliveMs, true]),
       (batches) =>
         byName(batches, (sorted) =>
           this.calls.query<AcquireRow>('queue for a lock', this.sql.queueMany, [
-            sorted.map((batch) => batch.name),
+            sorted.map((batch) => batch.key),
             sorted.map((batch) => batch.entry),
             sorted.map((batch) => batch.ttlMs),
             sorted.map((batch) => batch.aliveMs),
@@ -116,8 +116,8 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
         ),
     );
     this.releasing = new StatementCoalescer(
-      (batch) => this.calls.queryOne('release a lock', this.sql.release, [batch.name, batch.entry]),
-      (batches) => byName(batches, (sorted) => this.calls.query('release a lock', this.sql.releaseMany, [sorted.map((batch) => batch.name), sorted.map((batch) => batch.entry)])),
+      (batch) => this.calls.queryOne('release a lock', this.sql.release, [batch.key, batch.entry]),
+      (batches) => byName(batches, (sorted) => this.calls.query('release a lock', this.sql.releaseMany, [sorted.map((batch) => batch.key), sorted.map((batch) => batch.entry)])),
     );
     const { Client } = loadPeer<typeof import('pg')>('pg', 'postgres');
     this.listener = new PostgresListener(Client, { ...listenConfig, keepAlive: true, connectionTimeoutMillis: settings.serverTimeoutMs }, `lock_${this.clientId}`, {
@@ -196,7 +196,7 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     const sentAt = performance.now();
     let row: AcquireRow;
     try {
-      row = await this.calls.queryOne<AcquireRow>('take a lock', this.sql.acquire, [batch.name, batch.entry, this.listener.channel, batch.ttlMs, batch.aliveMs, false]);
+      row = await this.calls.queryOne<AcquireRow>('take a lock', this.sql.acquire, [batch.key, batch.entry, this.listener.channel, batch.ttlMs, batch.aliveMs, false]);
     } catch (error) {
       // It may still have run (an answer that came too late): take back what it took.
       void this.letGo(batch);
@@ -371,7 +371,7 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
   /** The entry's row, owner- and fence-checked, extended to `ttlMs` from now; false when it is not ours. */
   private async renewRow(batch: PostgresBatch, ttlMs: number, operation: string): Promise<boolean> {
     const sentAt = performance.now();
-    const rows = await this.calls.query<{ server_ms: number }>(operation, this.sql.renew, [batch.name, batch.entry, ttlMs, batch.entryToken!.toString()]);
+    const rows = await this.calls.query<{ server_ms: number }>(operation, this.sql.renew, [batch.key, batch.entry, ttlMs, batch.entryToken!.toString()]);
     if (rows.length === 0) return false;
     this.clock.sample(rows[0].server_ms, sentAt);
     this.leaseFrom(batch, sentAt, ttlMs);
@@ -418,7 +418,7 @@ let trySeq = 0;
  * names' rows in one order (no deadlock), and answers in the batches' own order.
  */
 async function byName<Output>(batches: PostgresBatch[], run: (sorted: PostgresBatch[]) => Promise<Output[]>): Promise<Output[]> {
-  const order = batches.map((_, i) => i).sort((a, b) => (batches[a].name < batches[b].name ? -1 : batches[a].name > batches[b].name ? 1 : a - b));
+  const order = batches.map((_, i) => i).sort((a, b) => (batches[a].key < batches[b].key ? -1 : batches[a].key > batches[b].key ? 1 : a - b));
   const outputs = await run(order.map((i) => batches[i]));
   const answers = new Array<Output>(batches.length);
   order.forEach((i, k) => (answers[i] = outputs[k]));

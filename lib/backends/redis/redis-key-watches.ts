@@ -10,7 +10,7 @@ const staleAfterMs = (intervalMs: number) => Math.round(intervalMs * 3 + 1_000);
 
 /** An entry of this process waiting in a key's queue, as the safety check needs it. */
 export interface WaitingEntry {
-  readonly name: string;
+  readonly key: string;
   /** Its owner id in Redis. */
   readonly owner: string;
   readonly ttlMs: number;
@@ -53,8 +53,8 @@ export class KeyWatches<E extends WaitingEntry> {
   }
 
   add(entry: E): KeyWatch<E> {
-    let watch = this.watches.get(entry.name);
-    if (!watch) this.watches.set(entry.name, (watch = { waiters: new Map(), shortestTtlMs: Infinity, checkAt: Infinity, clock: new ServerClock() }));
+    let watch = this.watches.get(entry.key);
+    if (!watch) this.watches.set(entry.key, (watch = { waiters: new Map(), shortestTtlMs: Infinity, checkAt: Infinity, clock: new ServerClock() }));
     watch.waiters.set(entry.owner, entry);
     watch.shortestTtlMs = Math.min(watch.shortestTtlMs, entry.ttlMs);
     return watch;

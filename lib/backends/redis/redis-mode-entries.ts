@@ -16,7 +16,7 @@ const logger = new Logger('DistributedLock');
 
 /** One read or permit caller's own entry at the server, while it waits. */
 interface ModeEntry {
-  readonly name: string;
+  readonly key: string;
   /** The caller's owner id: its entry's id at the server. */
   readonly owner: string;
   readonly ttlMs: number;
@@ -75,14 +75,14 @@ export class RedisModeEntries {
   async acquire(request: AcquireRequest): Promise<LockGrant> {
     const mode = modeOf(request);
     const ttlMs = Math.ceil(request.ttlMs);
-    const entry: ModeEntry = { name: request.key, owner: request.owner, ttlMs, mode, wait: new PendingWait<LockGrant>(), askedAt: performance.now(), confirming: false };
+    const entry: ModeEntry = { key: request.key, owner: request.owner, ttlMs, mode, wait: new PendingWait<LockGrant>(), askedAt: performance.now(), confirming: false };
     this.waiting.set(entry.owner, entry);
     const abandoned = () => this.leave(entry, false);
     if (isStoppable(request)) entry.wait.watch(request, abandoned);
     else entry.wait.listen(request.signal, abandoned);
     if (!entry.wait.isSettled) {
-      const args = [entry.owner, ttlMs, mode, `${this.watches.staleAfter(entry.name, ttlMs)} ${this.host.clientId}`];
-      this.run(modeAcquireScript, 'acquire', entry.name, args).then(
+      const args = [entry.owner, ttlMs, mode, `${this.watches.staleAfter(entry.key, ttlMs)} ${this.host.clientId}`];
+      this.run(modeAcquireScript, 'acquire', entry.key, args).then(
         (reply) => this.answered(entry, reply),
         (error) => {
           if (entry.wait.reject(error)) this.leave(entry, true);
@@ -138,7 +138,7 @@ export class RedisModeEntries {
     const entry = this.waiting.get(owner);
     if (!entry) return this.held.has(owner);
     if (entry.confirming || entry.wait.isSettled) return true;
-    const clock = this.watches.get(entry.name)?.clock;
+    const clock = this.watches.get(entry.key)?.clock;
     const requestedAt = Math.max(entry.askedAt, serverMs === undefined || !clock ? -Infinity : clock.earliestLocal(serverMs));
     if (!isLate(requestedAt, entry.ttlMs)) {
       this.grant(entry, fence, requestedAt);
@@ -147,13 +147,13 @@ export class RedisModeEntries {
     entry.confirming = true;
     const value = ownerValue(fence, owner);
     const sentAt = performance.now();
-    this.run(modeRenewScript, 'confirm a late grant of', entry.name, [value, entry.ttlMs]).then(
+    this.run(modeRenewScript, 'confirm a late grant of', entry.key, [value, entry.ttlMs]).then(
       (renewed) => {
         entry.confirming = false;
         if (entry.wait.isSettled) return;
         // The lease ran out before we heard of it: the safety check puts the entry back in the queue.
         if (renewed === 1) this.grant(entry, fence, sentAt);
-        else this.watches.schedule(entry.name, -1, 0);
+        else this.watches.schedule(entry.key, -1, 0);
       },
       (error) => {
         entry.confirming = false;
@@ -187,17 +187,17 @@ export class RedisModeEntries {
     if (entry.wait.isSettled || this.waiting.get(entry.owner) !== entry) return;
     if (typeof reply === 'number') return this.grant(entry, String(reply), entry.askedAt);
     if (reply[0] === -1) {
-      if (entry.wait.reject(this.limitError(entry.name, entry.mode, reply[1]))) this.waiting.delete(entry.owner);
+      if (entry.wait.reject(this.limitError(entry.key, entry.mode, reply[1]))) this.waiting.delete(entry.owner);
       return;
     }
     const [, nextChangeMs, , serverMs] = reply as [0, number, string, number];
     this.watches.add(entry).clock.sample(serverMs, entry.askedAt);
-    this.watches.schedule(entry.name, nextChangeMs);
+    this.watches.schedule(entry.key, nextChangeMs);
   }
 
   private grant(entry: ModeEntry, fence: string, requestedAt: number): void {
     this.forget(entry);
-    const grant = this.hold(entry.name, entry.owner, fence, requestedAt);
+    const grant = this.hold(entry.key, entry.owner, fence, requestedAt);
     // The caller stopped waiting at this very moment: what it was granted goes back.
     if (!entry.wait.resolve(grant)) void this.release(grant).catch(() => undefined);
   }
@@ -211,7 +211,7 @@ export class RedisModeEntries {
   /** The entry stops waiting: its cancel leaves the queue and gives back a grant that raced. */
   private leave(entry: ModeEntry, quiet: boolean): Promise<unknown> {
     this.forget(entry);
-    return this.cancel(entry.name, entry.owner, quiet);
+    return this.cancel(entry.key, entry.owner, quiet);
   }
 
   private cancel(key: string, owner: string, quiet: boolean): Promise<unknown> {
@@ -222,7 +222,7 @@ export class RedisModeEntries {
 
   private forget(entry: ModeEntry): void {
     if (this.waiting.get(entry.owner) === entry) this.waiting.delete(entry.owner);
-    this.watches.remove(entry.name, entry.owner);
+    this.watches.remove(entry.key, entry.owner);
   }
 
   private async check(key: string, watch: KeyWatch<ModeEntry>): Promise<void> {

@@ -46,7 +46,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   private readonly entries = new Map<string, RedisBatch>();
   private readonly watches = new KeyWatches<RedisBatch>((key, watch) => void this.check(key, watch));
   private readonly leases = new BatchLeases({
-    renew: (batch, ttlMs) => this.commands.renew(batch.name, batch.ownerValue, ttlMs, 'hand over'),
+    renew: (batch, ttlMs) => this.commands.renew(batch.key, batch.ownerValue, ttlMs, 'hand over'),
     holderTtl: (batch) => (batch.holder === undefined ? undefined : this.held.get(batch.holder)?.ttlMs),
   });
   /** Cancels sent by close(), which waits for them briefly. */
@@ -174,7 +174,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     this.closing.abort(this.lifecycle.closedWhileHeld());
     this.held.clear();
     this.entries.clear();
-    const pending = [...this.closingWork, ...shared, ...holding.map((batch) => this.commands.release(batch.name, batch.ownerValue).catch(() => undefined))];
+    const pending = [...this.closingWork, ...shared, ...holding.map((batch) => this.commands.release(batch.key, batch.ownerValue).catch(() => undefined))];
     // Best effort, and never long: with the server unreachable, leases and queue entries expire on their own.
     if (this.connections.unreachable() === undefined) {
       await Promise.race([Promise.all(pending), new Promise((resolve) => setTimeout(resolve, Math.min(2_000, this.connections.serverTimeoutMs)).unref())]);
@@ -193,7 +193,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   /** BatchEntries: the cancel, sent after the acquire on the same connection, takes back what it took. */
   withdraw(batch: RedisBatch, reason: unknown): void {
     this.forget(batch);
-    const cancelled = this.commands.cancel(batch.name, batch.owner, !this.lifecycle.isOpen);
+    const cancelled = this.commands.cancel(batch.key, batch.owner, !this.lifecycle.isOpen);
     if (!this.lifecycle.isOpen) this.closingWork.push(cancelled);
     this.queues.end(batch, reason);
   }
@@ -201,7 +201,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   /** BatchEntries: the release script hands the lock to the next entry, of whichever process. */
   remove(batch: RedisBatch): Promise<void> {
     this.forget(batch);
-    return this.commands.release(batch.name, batch.ownerValue);
+    return this.commands.release(batch.key, batch.ownerValue);
   }
 
   /** BatchEntries: the previous holder's lease is not known valid: renew the entry for the next caller first. */
@@ -210,14 +210,14 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     const sentAt = performance.now();
     let renewed: 0 | 1;
     try {
-      renewed = await this.commands.renew(batch.name, batch.ownerValue, ttlMs, 'hand on');
+      renewed = await this.commands.renew(batch.key, batch.ownerValue, ttlMs, 'hand on');
     } catch (error) {
       void this.remove(batch).catch(() => undefined);
       return error as Error;
     }
     if (renewed !== 1) {
       this.forget(batch);
-      return new LockBackendError('redis', `hand on "${batch.name}"`, new Error('the queue entry no longer holds the lock: its lease ran out, or the key was deleted'), this.address);
+      return new LockBackendError('redis', `hand on "${batch.key}"`, new Error('the queue entry no longer holds the lock: its lease ran out, or the key was deleted'), this.address);
     }
     batch.lease = { from: sentAt, ttlMs };
     return true;
@@ -242,7 +242,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   }
 
   private sendAcquire(batch: RedisBatch, sentAt = performance.now()): void {
-    this.commands.acquire(batch.name, batch.owner, batch.ttlMs, this.watches.staleAfter(batch.name, batch.ttlMs), (error, reply) => {
+    this.commands.acquire(batch.key, batch.owner, batch.ttlMs, this.watches.staleAfter(batch.key, batch.ttlMs), (error, reply) => {
       if (error) this.acquireFailed(batch, error);
       else this.onQueued(batch, reply!, sentAt);
     });
@@ -259,7 +259,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
       } else {
         const [, ownerPttlMs, , serverMs] = reply as QueuedReply;
         this.watches.add(batch).clock.sample(serverMs, sentAt);
-        this.watches.schedule(batch.name, ownerPttlMs);
+        this.watches.schedule(batch.key, ownerPttlMs);
       }
     }
     this.queues.sent(batch, !granted);
@@ -274,7 +274,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     if (!this.isWaiting(batch)) return;
     this.forget(batch);
     this.queues.end(batch, error);
-    void this.commands.cancel(batch.name, batch.owner, true);
+    void this.commands.cancel(batch.key, batch.owner, true);
   }
 
   private listen(): void {
@@ -306,7 +306,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     if (batch.confirming) return;
     if (!isLate(requestedAt, batch.ttlMs)) return this.granted(batch, fence, requestedAt);
     batch.confirming = true;
-    void this.confirmGrant(batch.name, batch.owner, fence, batch.ttlMs).then(
+    void this.confirmGrant(batch.key, batch.owner, fence, batch.ttlMs).then(
       (confirmedAt) => {
         batch.confirming = false;
         // Withdrawn meanwhile: its cancel, sent after the renewal, hands the lock on.
@@ -314,7 +314,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
         if (confirmedAt !== undefined) return this.granted(batch, fence, confirmedAt);
         // The lease ran out before we heard of it. A queued entry is put back in the queue by the
         // safety check; one granted at once asks again; one whose reply is still to come is queued by it.
-        if (this.watches.get(batch.name)?.waiters.has(batch.owner)) this.watches.schedule(batch.name, -1, 0);
+        if (this.watches.get(batch.key)?.waiters.has(batch.owner)) this.watches.schedule(batch.key, -1, 0);
         else if (batch.answered) this.sendAcquire(batch);
       },
       (error) => {
@@ -326,7 +326,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
 
   /** The entry holds the lock: its first caller gets it (LocalQueues.holds, then grant). */
   private granted(batch: RedisBatch, fence: string | number, requestedAt: number): void {
-    this.watches.remove(batch.name, batch.owner);
+    this.watches.remove(batch.key, batch.owner);
     batch.lease = { from: requestedAt, ttlMs: batch.ttlMs };
     this.queues.holds(batch, BigInt(fence));
   }
@@ -376,7 +376,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   /** The batch's entry is no longer at the server as ours, or no longer waits. */
   private forget(batch: RedisBatch): void {
     if (this.entries.get(batch.owner) === batch) this.entries.delete(batch.owner);
-    this.watches.remove(batch.name, batch.owner);
+    this.watches.remove(batch.key, batch.owner);
   }
 }
 

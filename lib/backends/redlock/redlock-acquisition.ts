@@ -75,19 +75,19 @@ export class RedlockAcquisition {
     if (this.stopped) return;
     this.voting = true;
     this.wordDuringVote = false;
-    const { name, id, ttlMs } = this.batch;
+    const { key, id, ttlMs } = this.batch;
     const startedAt = performance.now();
     const listed = this.votedBefore;
     this.votedBefore = true;
-    this.votes.voteTo(name, id, ttlMs, this.waiterId, this.timing.staleAfterMs, this.arrivedAt, listed, (vote) => this.counted(vote, startedAt));
+    this.votes.voteTo(key, id, ttlMs, this.waiterId, this.timing.staleAfterMs, this.arrivedAt, listed, (vote) => this.counted(vote, startedAt));
   }
 
   /** The outcome of a vote that began at `startedAt`. */
   private counted(vote: Vote, startedAt: number): void {
-    const { name, id } = this.batch;
+    const { key, id } = this.batch;
     this.voting = false;
     if (vote.won) {
-      if (this.stopped) return this.votes.giveBack(name, id, this.waiterId);
+      if (this.stopped) return this.votes.giveBack(key, id, this.waiterId);
       return this.report.won(this.batch, vote);
     }
     if (this.stopped) return;

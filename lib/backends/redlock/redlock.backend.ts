@@ -139,7 +139,7 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
     if (!held) return false;
     const { batch } = held;
     const sentAt = performance.now();
-    const renewal = await this.votes.renew(batch.name, batch.id, ttlMs);
+    const renewal = await this.votes.renew(batch.key, batch.id, ttlMs);
     if (renewal === 'renewed') {
       this.extended(batch, sentAt, ttlMs);
       return true;
@@ -168,20 +168,20 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
   send(batch: RedlockBatch): void {
     const acquisition = new RedlockAcquisition(this.votes, batch, this.waiterId, this.timing, this.report);
     batch.acquisition = acquisition;
-    this.waiting.set(batch.name, acquisition);
+    this.waiting.set(batch.key, acquisition);
     acquisition.start();
   }
 
   /** What a batch's acquisition ends with: made once, not per acquisition. */
   private readonly report: AcquisitionReport = {
     won: (batch, vote) => {
-      this.waiting.delete(batch.name);
+      this.waiting.delete(batch.key);
       batch.leaseFrom = vote.sentAt;
       batch.won = vote;
       this.queues.holds(batch, vote.token);
     },
     failed: (batch, error) => {
-      this.waiting.delete(batch.name);
+      this.waiting.delete(batch.key);
       this.queues.end(batch, error);
     },
   };
@@ -189,9 +189,9 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
   /** BatchEntries: its callers all left (or we close): stop voting, give back anything won, leave the waiters. */
   withdraw(batch: RedlockBatch, reason: unknown): void {
     batch.acquisition?.stop();
-    if (this.waiting.get(batch.name) === batch.acquisition) this.waiting.delete(batch.name);
-    this.votes.giveBack(batch.name, batch.id, this.waiterId);
-    this.votes.leave(batch.name, this.waiterId);
+    if (this.waiting.get(batch.key) === batch.acquisition) this.waiting.delete(batch.key);
+    this.votes.giveBack(batch.key, batch.id, this.waiterId);
+    this.votes.leave(batch.key, this.waiterId);
     this.queues.end(batch, reason);
   }
 
@@ -203,7 +203,7 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
   /** BatchEntries: a holder let go without knowing its lease valid: a renewal tells whether the entry still holds a majority. */
   async confirm(batch: RedlockBatch): Promise<true | Error> {
     const sentAt = performance.now();
-    const renewal = await this.votes.renew(batch.name, batch.id, batch.ttlMs);
+    const renewal = await this.votes.renew(batch.key, batch.id, batch.ttlMs);
     if (renewal === 'renewed') {
       this.extended(batch, sentAt, batch.ttlMs);
       return true;
@@ -229,7 +229,7 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
     let grant: LockGrant = { key, owner, fencingToken: batch.token(), lost: this.closing.signal, requestedAt };
     if (entryEnds - performance.now() < ttlMs / 2) {
       const sentAt = performance.now();
-      const recorded = this.votes.renew(batch.name, batch.id, ttlMs).then((renewal) => {
+      const recorded = this.votes.renew(batch.key, batch.id, ttlMs).then((renewal) => {
         if (renewal === 'refused') return undefined;
         if (renewal !== 'renewed') return new Promise<never>(() => undefined); // could not tell: the lease's own renewals go on until its deadline
         this.extended(batch, sentAt, ttlMs);
@@ -281,7 +281,7 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
       };
     });
     this.releasing.add(released);
-    this.votes.releaseTo(batch.name, batch.id, batch.won ? fenceToRaise(batch.won) : batch.entryToken, settle);
+    this.votes.releaseTo(batch.key, batch.id, batch.won ? fenceToRaise(batch.won) : batch.entryToken, settle);
     return released;
   }
 

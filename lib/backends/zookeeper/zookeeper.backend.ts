@@ -335,7 +335,7 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
    * timeout from now.
    */
   private parentIdle(batch: ZooKeeperBatch, session: ZooKeeperSession | undefined): void {
-    if (this.queues.has(batch.name) || this.entries.uses(batch.name)) return;
+    if (this.queues.has(batch.key) || this.entries.uses(batch.key)) return;
     this.parents.idle(batch.parent, session && !session.alive ? Math.max(PARENT_IDLE_MS, session.timeoutMs) : PARENT_IDLE_MS);
   }
 
