@@ -24,16 +24,32 @@ export class LockKeyError extends DistributedLockError {
   }
 }
 
-/** The lock was not granted within `waitTimeoutMs`. */
-export class LockTimeoutError extends DistributedLockError {
+/**
+ * An error about one lock (or several, comma-separated). `lockName` is the name the caller gave
+ * (the resolved template), as `handle.name` shows it: `name` is taken by Error for the class name.
+ */
+export abstract class LockNameError extends DistributedLockError {
   constructor(
-    readonly key: string,
+    readonly lockName: string,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+
+  /** @deprecated The same as `lockName`; kept for callers of earlier versions. */
+  get key(): string {
+    return this.lockName;
+  }
+}
+
+/** The lock was not granted within `waitTimeoutMs`. */
+export class LockTimeoutError extends LockNameError {
+  constructor(
+    lockName: string,
     readonly waitedMs: number,
   ) {
-    super(
-      `Lock "${key}" was not acquired within ${waitedMs} ms. ` +
-        'Raise waitTimeoutMs (module option or per call) if the holder legitimately needs longer.',
-    );
+    super(lockName, `Lock "${lockName}" was not acquired within ${waitedMs} ms. ` + 'Raise waitTimeoutMs (module option or per call) if the holder legitimately needs longer.');
   }
 }
 
@@ -54,14 +70,14 @@ export type LockLostReason =
  * The lock ended before the critical section did. Whatever the section wrote may have interleaved
  * with another holder: use the fencing token on writes so the storage can refuse the stale one.
  */
-export class LockLostError extends DistributedLockError {
+export class LockLostError extends LockNameError {
   constructor(
-    readonly key: string,
+    lockName: string,
     readonly fencingToken: bigint,
     readonly reason: LockLostReason,
     options?: { cause?: unknown },
   ) {
-    super(`Lock "${key}" (fencing token ${fencingToken}) was lost before the critical section ended: ${LOST_ADVICE[reason]}${causeText(options?.cause)}`, options);
+    super(lockName, `Lock "${lockName}" (fencing token ${fencingToken}) was lost before the critical section ended: ${LOST_ADVICE[reason]}${causeText(options?.cause)}`, options);
   }
 }
 
@@ -123,16 +139,17 @@ export class LockConfigError extends DistributedLockError {
  * cover: write inside read (an upgrade, which deadlocks as soon as two readers try it), or a
  * lock inside a semaphore's permit of the same name. Thrown before any I/O.
  */
-export class LockModeError extends DistributedLockError {
+export class LockModeError extends LockNameError {
   constructor(
-    readonly key: string,
+    lockName: string,
     /** The mode the chain holds: 'read', 'write' or 'permit' (a semaphore). */
     readonly heldMode: string,
     /** The mode asked for inside it. */
     readonly requestedMode: string,
   ) {
     super(
-      `Lock "${key}" is held in ${heldMode} mode by this async call chain, which asked for it again in ${requestedMode} mode. ` +
+      lockName,
+      `Lock "${lockName}" is held in ${heldMode} mode by this async call chain, which asked for it again in ${requestedMode} mode. ` +
         (heldMode === 'read' && requestedMode === 'write'
           ? 'Upgrading a read lock to write deadlocks when two readers try it: take the write lock from the start (it covers reads inside it).'
           : `Only the same mode (or read inside write) is re-entrant: release the ${heldMode} hold first, or take ${requestedMode} from the start.`),

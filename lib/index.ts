@@ -45,6 +45,7 @@ export {
   LockKeyError,
   LockLostError,
   LockModeError,
+  LockNameError,
   LockServerUnreachableError,
   LockTimeoutError,
   type LockLostReason,

@@ -50,13 +50,13 @@ export function lockErrorResponse(error: DistributedLockError): { status: number
     body: { statusCode: status, error: error.name, ...(lock === undefined ? {} : { lock }), message },
   });
   if (error instanceof LockTimeoutError) {
-    return answer(HttpStatus.LOCKED, `The resource is busy (lock "${error.key}"); retry after ${RETRY_AFTER_SECONDS} s.`, error.key);
+    return answer(HttpStatus.LOCKED, `The resource is busy (lock "${error.lockName}"); retry after ${RETRY_AFTER_SECONDS} s.`, error.lockName);
   }
   if (error instanceof LockLostError) {
     return answer(
       HttpStatus.CONFLICT,
-      `The lock "${error.key}" was lost before the operation finished (${error.reason}); it may or may not have taken effect: read the resource before retrying.`,
-      error.key,
+      `The lock "${error.lockName}" was lost before the operation finished (${error.reason}); it may or may not have taken effect: read the resource before retrying.`,
+      error.lockName,
     );
   }
   if (error instanceof LockKeyError) {
