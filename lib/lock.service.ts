@@ -68,6 +68,7 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
    * those of the modules that import it (and, global, before every other module's).
    */
   onModuleInit(): void {
+    logger.log(backendLine(this.backend));
     this.instrumentation.start();
     LockService.running.push(this);
   }
@@ -336,4 +337,14 @@ function namesOf(name: LockNames): string {
 /** A thenable, which `await` would wait for; anything else is a result already. */
 function isPromiseLike<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
   return typeof (value as PromiseLike<T> | null)?.then === 'function';
+}
+
+/**
+ * The boot line: an instance that fell back to the embedded backend (a missing environment
+ * variable in forRootAsync) shows it in its log, before its locks quietly stop excluding others.
+ */
+function backendLine(backend: LockBackend): string {
+  if (backend.address) return `Locks on the ${backend.name} backend at ${backend.address}.`;
+  if (backend.name === 'memory') return "Locks on the embedded memory backend: they exclude callers in this process only; set the module's backend option to share them between processes.";
+  return `Locks on the ${backend.name} backend.`;
 }

@@ -2,7 +2,7 @@ import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { describe, it } from 'node:test';
-import { Injectable, Module } from '@nestjs/common';
+import { ConsoleLogger, Injectable, Logger, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import {
   currentLock,
@@ -14,6 +14,7 @@ import {
   type AcquireRequest,
   type DistributedLockModuleOptions,
 } from '../../lib';
+import { CapturingLogger } from '../support/capturing-logger';
 import { overriddenBackend } from '../support/overridden-backend';
 import { loadPeer } from '../../lib/backends/load-peer';
 
@@ -34,6 +35,23 @@ describe('DistributedLockModule', () => {
       await lock.release();
     } finally {
       await app.close();
+    }
+  });
+
+  it('logs one line at boot naming the backend: the embedded one says its locks stay in the process', async () => {
+    const logger = new CapturingLogger();
+    @Module({ imports: [DistributedLockModule.forRoot()] })
+    class LoggedApp {}
+    const app = await NestFactory.createApplicationContext(LoggedApp, { logger, abortOnError: false });
+    try {
+      const lines = logger.entries.filter((entry) => entry.context === 'DistributedLock' && entry.message.startsWith('Locks on the'));
+      assert.deepEqual(
+        lines.map((entry) => [entry.level, entry.message]),
+        [['log', "Locks on the embedded memory backend: they exclude callers in this process only; set the module's backend option to share them between processes."]],
+      );
+    } finally {
+      await app.close();
+      Logger.overrideLogger(new ConsoleLogger());
     }
   });
 

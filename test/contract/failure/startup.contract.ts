@@ -1,9 +1,10 @@
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { ConsoleLogger, Logger, Module, type INestApplicationContext, type LoggerService } from '@nestjs/common';
+import { ConsoleLogger, Logger, Module, type INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { DistributedLockModule, LockService } from '../../../lib';
+import { CapturingLogger } from '../../support/capturing-logger';
 import { sleep } from '../../support/timing';
 import {
   MARGIN_MS,
@@ -25,26 +26,7 @@ const BOOT_BOUND_MS = 2_000;
 /** From the server answering again to a call made then succeeding: a reconnect, with its backoff. */
 const RECOVERY_BOUND_MS = 5_000;
 
-interface LogEntry {
-  level: string;
-  message: string;
-  context?: string;
-}
 
-/** Keeps what the application logs, to check what a user would read. */
-class CapturingLogger implements LoggerService {
-  readonly entries: LogEntry[] = [];
-  log = (message: unknown, context?: string) => this.keep('log', message, context);
-  error = (message: unknown, ...rest: unknown[]) => this.keep('error', message, rest[rest.length - 1] as string);
-  warn = (message: unknown, context?: string) => this.keep('warn', message, context);
-  debug = (message: unknown, context?: string) => this.keep('debug', message, context);
-  verbose = (message: unknown, context?: string) => this.keep('verbose', message, context);
-  fatal = (message: unknown, context?: string) => this.keep('fatal', message, context);
-
-  private keep(level: string, message: unknown, context?: string): void {
-    this.entries.push({ level, message: String(message), context });
-  }
-}
 
 /**
  * Contract point 3: an application boots with its server down (the backend connects in the
@@ -100,6 +82,15 @@ export function startupCases(context: FailureContext): void {
       t.diagnostic(`tryAcquire ended with ${describeError(outcome.error ?? 'a lock or null')}`);
       withinBound(t, 'tryAcquire', outcome.ms, bound);
       assertUnreachable(outcome, context.target().direct.address, 'tryAcquire');
+    });
+
+    it('one log line at boot names the backend and its address', async (t) => {
+      assert.ok(app, 'the application did not boot');
+      const { backend, address } = context.target().direct;
+      const lines = logger.entries.filter((entry) => entry.level === 'log' && entry.context === 'DistributedLock' && entry.message.startsWith('Locks on the'));
+      t.diagnostic(`boot lines: ${JSON.stringify(lines)}`);
+      assert.equal(lines.length, 1, `expected one boot line; the log: ${JSON.stringify(logger.entries)}`);
+      assert.ok(lines[0].message.includes(`${backend.type} backend`) && lines[0].message.includes(address), lines[0].message);
     });
 
     it('one warning names the address once the server was not reached within serverTimeoutMs', { timeout: 10_000 }, async (t) => {
