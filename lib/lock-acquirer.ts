@@ -1,5 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import type { BuiltInBackend } from './backends/built-in-backend';
 import type { LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { lockChannels, tracingAcquire, type AcquiredMessage, type AcquireMessage } from './diagnostics/lock-channels';
 import { DistributedLockError, LockBackendError } from './errors';
@@ -129,7 +128,8 @@ export class LockAcquirer {
     }
     // Set up while the request is on its way to the server: nothing here is needed before it answers.
     request.startClock(name, options.waitTimeoutMs, signal, this.backend);
-    request.granted = (this.backend as BuiltInBackend).settlesStoppedWaits ? granted : request.bound(granted, this.releaseLate);
+    // A queueing backend settles the request itself; another's promise is bound to it.
+    request.granted = granted === request.promise ? granted : request.bound(granted, this.releaseLate);
     this.waits.add(request);
     return request;
   }

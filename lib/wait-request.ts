@@ -2,22 +2,23 @@ import type { StoppableRequest } from './backends/built-in-backend';
 import type { EntryMode, LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { deadlines, type Deadline } from './deadlines';
 import { LockServerUnreachableError, LockTimeoutError } from './errors';
+import { PendingWait } from './queue/pending-wait';
 import { listenToAbort, stopListeningToAbort, type AbortWatcher } from './shared-abort-listeners';
 
 /**
- * One acquisition's request to the backend. Its signal is made only when a backend looks at it
- * (most grants come at once, before any backend needs it) or when the wait must end: making an
- * AbortSignal is not free, and most lock calls never need one.
+ * One acquisition's request to the backend, and the caller's wait for its grant: one object from
+ * the call to the backend's queue. A queueing backend (LocalQueues) settles it directly; any
+ * other backend's promise is bound to it (bound). Its signal is made only when a backend looks at
+ * it or the wait must end: making an AbortSignal is not free, and most lock calls never need one.
  */
-export class WaitRequest implements StoppableRequest, AbortWatcher {
+export class WaitRequest extends PendingWait<LockGrant> implements StoppableRequest, AbortWatcher {
   private controller?: AbortController;
   private timer?: Deadline;
   private callerSignal?: AbortSignal;
-  private onStopped?: (reason: unknown) => void;
   private stopWatcher?: AbortWatcher;
   private stopped?: { reason: unknown };
 
-  /** The backend's promise of the grant, bounded by this request's stop (see bound). */
+  /** The grant, or the stop reason as soon as the wait is stopped (the caller's deadline holds whatever the backend does). */
   granted!: Promise<LockGrant>;
 
   constructor(
@@ -28,7 +29,9 @@ export class WaitRequest implements StoppableRequest, AbortWatcher {
     readonly started: number,
     readonly mode: EntryMode = 'write',
     readonly limit?: number,
-  ) {}
+  ) {
+    super();
+  }
 
   /**
    * Ends the wait `waitTimeoutMs` after it started, or when the caller's signal aborts. A wait
@@ -64,57 +67,46 @@ export class WaitRequest implements StoppableRequest, AbortWatcher {
   }
 
   /** AbortWatcher: the caller's signal aborted. */
-  aborted(reason: unknown): void {
+  override aborted(reason: unknown): void {
     this.stop(reason);
   }
 
+  /** Made on first access; already aborted when the wait was stopped before. */
   get signal(): AbortSignal {
-    return (this.controller ??= new AbortController()).signal;
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.stopped) this.controller.abort(this.stopped.reason);
+    }
+    return this.controller.signal;
   }
 
-  /** StoppableRequest.onStop: one watcher (the backend's wait for this request). */
+  /** StoppableRequest.onStop: one watcher, told of the stop. */
   onStop(watcher: AbortWatcher): void {
     if (this.stopped) watcher.aborted(this.stopped.reason);
     else this.stopWatcher = watcher;
   }
 
   /**
-   * `granted`, or the stop reason as soon as the wait is stopped, even if the backend has not
-   * answered yet (a server that is paused or black-holed): the caller's deadline holds whatever
-   * the backend does. A grant that arrives after that goes to `late`. No AbortSignal is made
-   * for this: most grants come before any stop.
+   * The grant of a backend that does not settle this wait itself: a grant that arrives after the
+   * wait was stopped goes to `late`.
    */
   bound(granted: Promise<LockGrant>, late: (grant: LockGrant) => void): Promise<LockGrant> {
-    return new Promise<LockGrant>((resolve, reject) => {
-      let settled = false;
-      this.onStopped = (reason) => {
-        if (settled) return;
-        settled = true;
-        reject(reason);
-        granted.then(late, () => undefined);
-      };
-      granted.then(
-        (grant) => {
-          if (settled) return; // stopped first: onStop handed it to `late`
-          settled = true;
-          resolve(grant);
-        },
-        (error) => {
-          if (settled) return;
-          settled = true;
-          reject(error);
-        },
-      );
-    });
+    granted.then(
+      (grant) => {
+        if (!this.resolve(grant) && !this.resolvedWith(grant)) late(grant);
+      },
+      (error) => void this.reject(error),
+    );
+    return this.promise;
   }
 
-  /** Ends the wait: the backend is told through the signal, the caller at once with `reason`. */
+  /** Ends the wait: the caller at once with `reason`, the backend through its abandon hook or the signal. */
   stop(reason: unknown): void {
     if (this.stopped) return;
     this.stopped = { reason };
-    (this.controller ??= new AbortController()).abort(reason);
+    this.controller?.abort(reason);
     this.stopWatcher?.aborted(reason);
-    this.onStopped?.(reason);
+    super.aborted(reason);
   }
 
   /** `error` is the reason this request was stopped with (not a backend failure). */

@@ -1,8 +1,8 @@
 import { BackendLifecycle } from '../backends/backend-lifecycle';
-import { isStoppable } from '../backends/built-in-backend';
 import type { AcquireRequest, LockGrant } from '../backends/lock-backend.interface';
 import type { Batch } from './batch';
 import { LocalQueues, type BatchEntries } from './local-queues';
+import { waitOf } from './pending-wait';
 
 /** A grant the backend gave, and the batch it was served under: the one held-grant record of every queueing backend. */
 export interface ServedGrant<B extends Batch> {
@@ -80,8 +80,8 @@ export abstract class LocalQueueBackend<B extends Batch> implements BatchEntries
   acquire(request: AcquireRequest): Promise<LockGrant> {
     try {
       this.lifecycle.assertOpen();
-      // A request with onStop is told of a stop that came first at once (LocalQueues watches it).
-      if (!this.signalOnlyWhenWaiting && !isStoppable(request)) request.signal.throwIfAborted();
+      // The core's request is its own wait, settled by a stop directly; a plain one says so by its signal.
+      if (!this.signalOnlyWhenWaiting && !waitOf(request)) request.signal.throwIfAborted();
     } catch (error) {
       return Promise.reject(error);
     }

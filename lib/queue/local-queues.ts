@@ -1,6 +1,5 @@
 import type { AcquireRequest, LockGrant } from '../backends/lock-backend.interface';
-import { isStoppable } from '../backends/built-in-backend';
-import { PendingWait } from './pending-wait';
+import { PendingWait, waitOf } from './pending-wait';
 import type { Batch } from './batch';
 
 /**
@@ -90,7 +89,9 @@ export class LocalQueues<B extends Batch> {
    */
   acquire(request: AcquireRequest): Promise<LockGrant> {
     const queue = this.queueOf(request.key);
-    const wait = new PendingWait<LockGrant>();
+    // The core's request is the caller's wait itself; a plain request gets one.
+    const own = waitOf<LockGrant>(request);
+    const wait = own ?? new PendingWait<LockGrant>();
     let batch = queue.batches.at(-1);
     const first = batch === undefined;
     if (!batch || !(batch.state === 'open' || batch.lateJoins) || !batch.fits(request)) {
@@ -109,9 +110,9 @@ export class LocalQueues<B extends Batch> {
       this.pump(queue);
     }
     const abandoned = (reason: unknown) => this.left(queue, joined, reason);
-    if (isStoppable(request)) {
-      // Told without an AbortSignal: from the start, even while the entry is on its way.
-      wait.watch(request, abandoned);
+    if (own) {
+      // Stopped directly, without an AbortSignal: from the start, even while the entry is on its way.
+      own.onAbandon(abandoned);
     } else {
       const listen = () => void wait.listen(request.signal, abandoned);
       // Nobody of this process queues for the name: likely granted at once, with no signal needed.

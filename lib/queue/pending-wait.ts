@@ -1,16 +1,18 @@
 import { listenToAbort, stopListeningToAbort, type AbortWatcher } from '../shared-abort-listeners';
 
 /**
- * One caller's wait for a grant inside a backend: it settles once, and gives up when the
- * caller's signal aborts. A late grant after it settled is the backend's to give back:
- * `resolve` returns false then.
+ * One caller's wait for a grant: it settles once, and gives up when the caller's signal aborts.
+ * A late grant after it settled is the backend's to give back: `resolve` returns false then. The
+ * core's own request (WaitRequest) is such a wait, so a queueing backend settles the caller's
+ * wait itself, with no second promise between them.
  */
 export class PendingWait<T> implements AbortWatcher {
   readonly promise: Promise<T>;
   private resolveWith!: (value: T) => void;
   private rejectWith!: (reason: unknown) => void;
   private settled = false;
-  private signal?: AbortSignal;
+  private value?: T;
+  private listenedTo?: AbortSignal;
   private abandoned?: (reason: unknown) => void;
 
   constructor() {
@@ -36,15 +38,20 @@ export class PendingWait<T> implements AbortWatcher {
       this.aborted(signal.reason);
       return false;
     }
-    this.signal = signal;
+    this.listenedTo = signal;
     listenToAbort(signal, this);
     return true;
   }
 
   /**
-   * As listen(), through the request's onStop (no AbortSignal made): from now on, whether the
-   * caller must wait or not.
+   * As listen(), for a wait that is stopped directly (the core's WaitRequest, no AbortSignal
+   * made): from now on, whether the caller must wait or not.
    */
+  onAbandon(abandoned: (reason: unknown) => void): void {
+    this.abandoned = abandoned;
+  }
+
+  /** @deprecated for the backends' second paths being removed: as onAbandon, told through `request.onStop`. */
   watch(request: { onStop(watcher: AbortWatcher): void }, abandoned: (reason: unknown) => void): void {
     this.abandoned = abandoned;
     request.onStop(this);
@@ -55,11 +62,17 @@ export class PendingWait<T> implements AbortWatcher {
     if (this.reject(reason)) this.abandoned?.(reason);
   }
 
-  /** False when the wait had already ended: the caller must give the grant back. */
+  /** False when the wait had already ended: the caller must give the grant back (unless it is this very value). */
   resolve(value: T): boolean {
     if (!this.settle()) return false;
+    this.value = value;
     this.resolveWith(value);
     return true;
+  }
+
+  /** The wait ended with this very value (a backend wrapped around a queueing one answers with what the queue gave). */
+  resolvedWith(value: T): boolean {
+    return this.value === value;
   }
 
   reject(reason: unknown): boolean {
@@ -71,7 +84,12 @@ export class PendingWait<T> implements AbortWatcher {
   private settle(): boolean {
     if (this.settled) return false;
     this.settled = true;
-    if (this.signal) stopListeningToAbort(this.signal, this);
+    if (this.listenedTo) stopListeningToAbort(this.listenedTo, this);
     return true;
   }
+}
+
+/** The caller's own wait when `request` is one (the core's WaitRequest); undefined for a plain request. */
+export function waitOf<T>(request: object): PendingWait<T> | undefined {
+  return request instanceof PendingWait ? (request as PendingWait<T>) : undefined;
 }
