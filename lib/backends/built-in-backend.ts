@@ -7,11 +7,6 @@ import type { AcquireRequest, LockBackend } from './lock-backend.interface';
  */
 export interface BuiltInBackend extends LockBackend {
   /**
-   * acquire's promise settles the moment the request is stopped, whatever the server does: the
-   * core awaits it as it is, rather than racing it against the stop.
-   */
-  readonly settlesStoppedWaits?: boolean;
-  /**
    * release's promise settles within the module's serverTimeoutMs whatever the server does: the
    * core awaits it with no timer of its own, unless the lease ends sooner.
    */

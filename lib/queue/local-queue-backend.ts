@@ -38,8 +38,6 @@ export abstract class LocalQueueBackend<B extends Batch> implements BatchEntries
   protected readonly queues: LocalQueues<B>;
   /** The grants of this process that are held now, by owner. */
   protected readonly held = new Map<string, ServedGrant<B>>();
-  /** LocalQueues ends a caller's wait the moment its request is stopped (PendingWait). */
-  readonly settlesStoppedWaits = true;
   private readonly signalOnlyWhenWaiting: boolean;
 
   constructor(
