@@ -9,6 +9,8 @@ const SERVERS = [
   { package: 'zookeeper', installed: () => existsSync('/usr/share/java/zookeeper.jar') && onPath('java') },
   { package: 'redis-server', installed: () => onPath('redis-server') },
   { package: 'etcd-server', installed: () => onPath('etcd') },
+  // etcdctl: the other side of the etcd interoperability tests (its `lock` is Go's concurrency.Mutex).
+  { package: 'etcd-client', installed: () => onPath('etcdctl') },
   // Debian 12's postgresql (15); servers/postgres-server.ts runs initdb and postgres from here.
   { package: 'postgresql', installed: () => existsSync('/usr/lib/postgresql/15/bin/postgres') },
   // PgBouncer, for the transaction-mode test (servers/pgbouncer-server.ts).
