@@ -35,6 +35,10 @@ export class LockLease implements AbortWatcher {
   private lostError?: LockLostError;
   /** The error of the last renewal that could not reach the server; cleared by one that could. */
   private renewFailure?: unknown;
+  /** When the renewal on its way was sent; undefined when none is. */
+  private renewingSince?: number;
+  /** When to warn that the renewal on its way has no answer yet (once per outage, as a failure). */
+  private warnAt = Infinity;
   /** Set by drain() at shutdown: renewals stop, and the lease ends with the holder or its deadline. */
   private drained?: { promise: Promise<void>; resolve: () => void };
   /** When the grant reached this process: hold times count from here. */
@@ -191,24 +195,34 @@ export class LockLease implements AbortWatcher {
   private arm(): void {
     deadlines.cancel(this.timer);
     // Kept alive while shutdown waits on this lease: the process must not exit under it.
-    this.timer = deadlines.add(Math.min(this.renewAt, this.deadline), this.onTimer, this.drained !== undefined);
+    this.timer = deadlines.add(Math.min(this.renewAt, this.deadline, this.warnAt), this.onTimer, this.drained !== undefined);
   }
 
   private readonly onTimer = (): void => {
     if (!this.isActive) return; // the deadline passed: isActive has fired the lost signal
-    if (performance.now() >= this.renewAt) {
+    const now = performance.now();
+    if (now >= this.warnAt) {
+      this.warnAt = Infinity;
+      this.warnUnanswered(now);
+    }
+    if (now >= this.renewAt) {
       this.renewAt = Infinity;
       void this.renewNow();
     }
-    this.arm(); // the end of the lease meanwhile, or the next renewal
+    this.arm(); // the end of the lease meanwhile, the next renewal, or the warning
   };
 
   private async renewNow(): Promise<void> {
-    const started = performance.now();
+    const started = (this.renewingSince = performance.now());
+    // A server that neither answers nor fails before the lease ends (paused, cut off, serverTimeoutMs
+    // above ttlMs) is warned of halfway through what is left, not only after the loss.
+    if (this.renewFailure === undefined) this.warnAt = started + Math.min(this.serverTimeoutMs, (this.deadline - started) / 2);
     // The ttl this renewal asks for: extend() may change this.ttlMs while it is on its way.
     const ttlMs = this.ttlMs;
     try {
       const stillOurs = await withinServerTimeout(this.backend.renew(this.grant, ttlMs), this.backend, `renew "${this.name}"`, this.serverTimeoutMs);
+      this.renewingSince = undefined;
+      this.warnAt = Infinity;
       if (!this.isActive) return;
       if (!stillOurs) return this.markLost('renewal-refused');
       if (this.renewFailure !== undefined) logger.log(`Renewing lock "${this.name}" works again.`);
@@ -216,6 +230,8 @@ export class LockLease implements AbortWatcher {
       this.renewAt = nextRenewal(this.interval());
       this.confirm(started, ttlMs);
     } catch (error) {
+      this.renewingSince = undefined;
+      this.warnAt = Infinity;
       // Could not tell: keep trying until the lease last confirmed runs out. Warned once per outage.
       if (this.renewFailure === undefined) {
         const leftMs = Math.max(0, Math.round(this.deadline - performance.now()));
@@ -244,12 +260,29 @@ export class LockLease implements AbortWatcher {
     return Math.max(driftAllowanceMs(ttlMs), this.backend.driftAllowanceMs?.(ttlMs) ?? 0);
   }
 
+  /** The renewal on its way has had no answer for a while: the first sign of an outage the user sees. */
+  private warnUnanswered(now: number): void {
+    const waitedMs = Math.round(now - this.renewingSince!);
+    const leftMs = Math.max(0, Math.round(this.deadline - now));
+    this.renewFailure = new Error(`no answer to a renewal for ${waitedMs} ms`);
+    logger.warn(`Renewing lock "${this.name}" has had no answer from the ${this.backend.name} server for ${waitedMs} ms; the lease ends in ${leftMs} ms unless it answers.`);
+  }
+
   private checkDeadline(now = performance.now()): void {
     if (this.released === undefined && this.lostError === undefined && now >= this.deadline) {
       if (this.drained) this.markLost('backend-closed');
       else if (this.renewFailure !== undefined) this.markLost('server-unreachable', this.renewFailure);
+      else if (this.unansweredRenewal(now)) this.markLost('server-unreachable', new Error(`no answer to the renewal sent ${Math.round(this.deadline - this.renewingSince!)} ms before the lease ended`));
       else this.markLost('lease-expired');
     }
+  }
+
+  /**
+   * A renewal was on its way when the lease ended, and the server had longer to answer it than
+   * this process was late to notice the end: the server, not a paused process, let the lease go.
+   */
+  private unansweredRenewal(now: number): boolean {
+    return this.renewingSince !== undefined && now - this.deadline < this.deadline - this.renewingSince;
   }
 
   private stop(): void {

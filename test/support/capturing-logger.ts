@@ -4,6 +4,8 @@ export interface LogEntry {
   level: string;
   message: string;
   context?: string;
+  /** performance.now() when it was logged. */
+  at: number;
 }
 
 /** Keeps what the application logs, to check what a user would read. */
@@ -17,6 +19,6 @@ export class CapturingLogger implements LoggerService {
   fatal = (message: unknown, context?: string) => this.keep('fatal', message, context);
 
   private keep(level: string, message: unknown, context?: string): void {
-    this.entries.push({ level, message: String(message), context });
+    this.entries.push({ level, message: String(message), context, at: performance.now() });
   }
 }

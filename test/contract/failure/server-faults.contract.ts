@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { ConsoleLogger, Logger } from '@nestjs/common';
 import { LockLostError, type LockHandle, type LockService } from '../../../lib';
+import { CapturingLogger } from '../../support/capturing-logger';
 import { sleep } from '../../support/timing';
 import {
   MARGIN_MS,
@@ -54,6 +56,13 @@ export function serverFaultCases(context: FailureContext): void {
       let ignoring: Held;
       /** A semaphore's permit held through the fault, watching its signal as `watching` does. */
       let permitWatching: Held | undefined;
+      /**
+       * A lock held by a service with the default serverTimeoutMs, above its lease: a paused or
+       * cut-off server's renewal neither answers nor fails before the lease ends.
+       */
+      let patient: Held;
+      let patientKey: string;
+      const logger = new CapturingLogger();
       const modes = context.options.modes !== false;
       const noModes = modes ? undefined : 'the backend grants only the exclusive lock';
       let acquiring: Promise<Timed<LockHandle>>;
@@ -73,9 +82,16 @@ export function serverFaultCases(context: FailureContext): void {
         acquirer = await services.add(settings);
         trier = await services.add(settings);
         const holder = await services.add(settings);
+        const patientHolder = await services.add({ backend: route.backend, ttlMs: HELD_TTL_MS });
+        Logger.overrideLogger(logger);
         let inflicted!: () => void;
         const faultInflicted = new Promise<void>((resolve) => (inflicted = resolve));
-        const [watchingEntered, ignoringEntered, permitEntered] = [deferred(), deferred(), deferred()];
+        const [watchingEntered, ignoringEntered, permitEntered, patientEntered] = [deferred(), deferred(), deferred(), deferred()];
+        patientKey = context.newKey();
+        patient = holdThroughFault(patientHolder, patientKey, async (lock) => {
+          patientEntered.resolve();
+          await Promise.race([untilAborted(lock.signal), sleep(HELD_TTL_MS * 4)]);
+        });
         if (!modes) permitEntered.resolve();
         else {
           permitWatching = holdThroughFault(holder, context.newKey(), async (lock) => {
@@ -97,7 +113,7 @@ export function serverFaultCases(context: FailureContext): void {
         const endedEarly = Promise.race([watching.ended, ignoring.ended]).then(() => {
           throw new Error(`a holder ended before the fault: ${describeError(watching.error ?? ignoring.error ?? 'no error')}`);
         });
-        await Promise.race([Promise.all([watchingEntered.promise, ignoringEntered.promise, permitEntered.promise]), endedEarly]);
+        await Promise.race([Promise.all([watchingEntered.promise, ignoringEntered.promise, permitEntered.promise, patientEntered.promise]), endedEarly]);
         // Released as the fault strikes, with most of its lease left: the release waits for the
         // server (no early answer from the lease), so only the release's own bound can end it.
         const toRelease = await trier.acquire(context.newKey(), { waitTimeoutMs: WAIT_TIMEOUT_MS });
@@ -119,6 +135,7 @@ export function serverFaultCases(context: FailureContext): void {
       });
 
       after(async () => {
+        Logger.overrideLogger(new ConsoleLogger());
         await context.target().faults!.restore();
         await services.closeAll();
       });
@@ -187,6 +204,19 @@ export function serverFaultCases(context: FailureContext): void {
         withinBound(t, 'withLock ended after the fault', (held.endedAt ?? performance.now()) - faultAt, bound);
         assertLostUnreachable(held.signalReason, 'the signal reason');
         assertLostUnreachable(held.error, 'withLock');
+      });
+
+      it("with serverTimeoutMs above the lease (the default), the lock is lost as 'server-unreachable' too, after a warning", CASE, async (t) => {
+        const ended = await settled(patient.ended, faultAt, HELD_TTL_MS + MARGIN_MS + GRACE_MS);
+        t.diagnostic(`withLock ${ended.error ? describeError(ended.error) : `ended with ${describeError(patient.error ?? 'its result')}`}`);
+        assert.ok(patient.signalAt !== undefined, "the lock's signal never fired");
+        withinBound(t, 'lost signal after the fault', patient.signalAt - faultAt, HELD_TTL_MS + TIMER_SLACK_MS);
+        assertLostUnreachable(patient.signalReason, 'the signal reason');
+        assertLostUnreachable(patient.error, 'withLock');
+        const warnings = logger.entries.filter((entry) => entry.level === 'warn' && entry.message.startsWith(`Renewing lock "${patientKey}"`));
+        t.diagnostic(`renewal warnings: ${JSON.stringify(warnings.map(({ message, at }) => ({ message, afterFaultMs: Math.round(at - faultAt) })))}`);
+        assert.equal(warnings.length, 1, 'expected one renewal warning');
+        assert.ok(warnings[0].at < patient.signalAt, `the warning came ${Math.round(warnings[0].at - patient.signalAt)} ms after the loss`);
       });
 
       it("a handler that runs past its lease: withLock ends with LockLostError 'server-unreachable' as the handler returns", CASE, async (t) => {
