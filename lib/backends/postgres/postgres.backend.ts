@@ -230,8 +230,8 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
         else this.safetyNet.schedule();
       },
       (error) => {
-        // A permit of another limit than the name's: nothing was done at the server.
         this.queues.end(batch, error);
+        // A permit of another limit than the name's: nothing was done at the server.
         if (!(error instanceof LockConfigError)) void this.letGo(batch);
       },
     );
