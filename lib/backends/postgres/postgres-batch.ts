@@ -8,9 +8,9 @@ import { Batch, type QueuedCaller } from '../../queue/batch';
 export const LATE_GRANT_SHARE = 1 / 3;
 
 /**
- * A batch of this process's callers (see Batch) behind one entry in the database's queue. Its
- * entry token is the sequence value the database granted it with, so the n-th caller's token is
- * `(sequence value << 16) + n`.
+ * A batch of this process's callers (see Batch) behind one entry in the database's queue, of the
+ * batch's mode (see PostgresEntryStatements). Its entry token is the sequence value the database
+ * granted it with, so the n-th caller's token is `(sequence value << 16) + n`.
  */
 export class PostgresBatch extends Batch {
   /** The owner of the entry at the server: unique across processes. */

@@ -27,8 +27,8 @@ interface SharedHolderRow {
  * The lock row's fence is a write entry's token: the holder's handle shows it as the batch token
  * of the entry's first turn (later turns of one entry are handed over in the holder's process).
  * Read and permit holders are listed from their own rows, oldest grant first, with the time since
- * their grant. `waiting` counts live queue entries (a batch of a process's write callers, or one
- * read or permit caller). The locks table keeps no grant time, so a writer's `heldForMs` is not
+ * their grant. `waiting` counts live queue entries (a batch of a process's write or read callers,
+ * or one permit caller). The locks table keeps no grant time, so a writer's `heldForMs` is not
  * reported.
  */
 export class PostgresInspector {
@@ -65,7 +65,10 @@ export class PostgresInspector {
     return row?.removed === true;
   }
 
-  /** Read or permit holders: each one's entry token as the only turn of its entry. */
+  /**
+   * Read or permit holders, an entry each, shown with the token of its entry's first turn: a read
+   * entry stands for every reader of its process's batch (the others hold the next turns).
+   */
   private sharedInspection(row: InspectRow): LockInspection {
     const rows = row.holders ?? [];
     if (rows.length === 0) return { held: false, waiting: row.waiting };

@@ -1,13 +1,13 @@
 import { sqlNames, type PostgresNames } from './postgres-schema';
 import { DURABLE_CHECK, DURABLE_CTE, type AcquireRow } from './postgres-statements';
 
-/** What the shared acquire function answers: as a write entry's row, and a permit's conflicting limit. */
-export interface SharedAcquireRow extends AcquireRow {
+/** What the modes' acquire function answers: as a write entry's row, and a permit's conflicting limit. */
+export interface ModeAcquireRow extends AcquireRow {
   other_limit: number | null;
 }
 
 /** The statements of read and permit entries, each one round trip through the modes' functions (postgres-modes-schema.ts). */
-export function sharedStatements(names: PostgresNames) {
+export function modeStatements(names: PostgresNames) {
   const n = sqlNames(names);
   const answer = 'a.granted_fence::text, a.left_ms, a.server_ms, a.other_limit';
   return {
@@ -29,4 +29,4 @@ export function sharedStatements(names: PostgresNames) {
   };
 }
 
-export type SharedStatements = ReturnType<typeof sharedStatements>;
+export type ModeStatements = ReturnType<typeof modeStatements>;

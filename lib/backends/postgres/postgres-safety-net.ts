@@ -9,7 +9,7 @@ const AFTER_LEASE_MS = 25;
 /** A check that failed is tried again this soon. */
 const RETRY_MS = 250;
 
-/** What the safety net needs of a waiting entry: a batch of write callers, or a read or permit entry. */
+/** What the safety net needs of a waiting entry (a batch's, of any mode). */
 export interface WaitingEntry {
   readonly key: string;
   readonly state: string;

@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import type { ClientConfig, Pool, PoolConfig } from 'pg';
-import { LockBackendError } from '../../errors';
+import { LockBackendError, LockConfigError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
@@ -10,32 +10,31 @@ import { LocalQueueBackend } from '../../queue/local-queue-backend';
 import { ServerClock } from '../server-clock';
 import { LATE_GRANT_SHARE, PostgresBatch } from './postgres-batch';
 import { PostgresCalls } from './postgres-calls';
-import { StatementCoalescer } from './postgres-coalescer';
+import { PostgresEntryStatements } from './postgres-entry-statements';
 import { PostgresListener } from './postgres-listener';
 import { PostgresInspector } from './postgres-inspect';
 import { namesOf, postgresAddress, validatePostgresOptions, type PostgresBackendOptions } from './postgres-options';
 import { schemaDdl } from './postgres-schema';
 import { PostgresSafetyNet } from './postgres-safety-net';
-import { sharedStatements } from './postgres-modes-statements';
-import { PostgresSharedEntries, SharedGrant } from './postgres-shared';
-import { statements, type AcquireRow, type CheckRow, type Statements } from './postgres-statements';
+import { modeStatements } from './postgres-modes-statements';
+import { statements, type AcquireRow } from './postgres-statements';
 
 const logger = new Logger('DistributedLock');
 
+/** Free rows older than this are deleted, this often, by each process (best effort: a failure waits for the next sweep). */
+const SWEEP_EVERY_MS = 60_000;
 /**
  * Processes that start together would race in CREATE ... IF NOT EXISTS (a duplicate catalog row);
  * the schema is created in one implicit transaction, behind this lock.
  */
-/** Free rows older than this are deleted, this often, by each process (best effort: a failure waits for the next sweep). */
-const SWEEP_EVERY_MS = 60_000;
 const CREATE_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('nest-distributed-lock schema'));\n";
 
 /**
  * Locks in PostgreSQL as lease rows, not held connections: one row per held name (owner, fence
  * from a sequence, expiry on the database's clock), a FIFO queue table, and a hand-off in the
  * releasing statement that notifies the next waiter's process on its own channel. A process's
- * write callers of one name share one queue entry (LocalQueues); a read or permit caller has an
- * entry of its own in the same queue (PostgresSharedEntries). See docs/postgres.md.
+ * callers of one name share queue entries as LocalQueues batches them: write callers one after
+ * the other, read callers all at once; a permit caller has an entry of its own. See docs/postgres.md.
  */
 export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implements LockBackend {
   readonly name = 'postgres';
@@ -45,7 +44,8 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
   /** Names this process's channel and entries: 72 random bits. */
   private readonly clientId = randomBytes(9).toString('hex');
   private readonly calls: PostgresCalls;
-  private readonly sql: Statements;
+  /** Each entry's statements, by its mode. */
+  private readonly statements: PostgresEntryStatements;
   private readonly listener: PostgresListener;
   private readonly clock = new ServerClock();
   /** One loss signal for every grant: the backend learns of a lost lease only by asking (renew), except at close. */
@@ -53,14 +53,9 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
   /** Entries being queued or waiting at the server, by entry owner: where a notified grant goes. */
   private readonly entries = new Map<string, PostgresBatch>();
   private readonly safetyNet: PostgresSafetyNet<PostgresBatch>;
-  /** Entries queued, and entries released, by many callers at once share statements (a burst of distinct names). */
-  private readonly queueing: StatementCoalescer<PostgresBatch, AcquireRow>;
-  private readonly releasing: StatementCoalescer<PostgresBatch, unknown>;
   private readonly startupWarning: NodeJS.Timeout;
   private readonly inspector: PostgresInspector;
   private readonly sweeper: NodeJS.Timeout;
-  /** Read and permit entries, one per caller, outside the write callers' LocalQueues. */
-  private readonly shared: PostgresSharedEntries;
 
   constructor(
     private readonly pool: Pool,
@@ -74,26 +69,21 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     super('postgres', { sendSoon: (send) => process.nextTick(send), sendFirstAtOnce: true });
     this.address = address;
     const names = namesOf(options);
-    this.sql = statements(names);
-    const sharedSql = sharedStatements(names);
+    const sql = statements(names);
+    const modeSql = modeStatements(names);
     this.calls = new PostgresCalls(pool, this.address, settings.serverTimeoutMs, options.createSchema === false ? async () => undefined : once(() => pool.query(CREATE_SCHEMA_LOCK + schemaDdl(names)).then(() => undefined)), [
-      this.sql.acquire,
-      this.sql.release,
-      this.sql.renew,
-      sharedSql.acquire,
-      sharedSql.release,
-      sharedSql.renew,
+      sql.acquire,
+      sql.release,
+      sql.renew,
+      modeSql.acquire,
+      modeSql.release,
+      modeSql.renew,
     ]);
+    const channel = `lock_${this.clientId}`;
+    this.statements = new PostgresEntryStatements(this.calls, sql, modeSql, channel);
     this.inspector = new PostgresInspector(this.calls, names);
     this.safetyNet = new PostgresSafetyNet<PostgresBatch>(
-      (batches) =>
-        this.calls.query<CheckRow>('check the queue', this.sql.check, [
-          batches.map((batch) => batch.key),
-          batches.map((batch) => batch.entry),
-          batches.map((batch) => batch.ttlMs),
-          batches.map((batch) => batch.aliveMs),
-          `lock_${this.clientId}`,
-        ]),
+      (batches) => this.statements.check(batches),
       this.clock,
       () => this.waitingEntries(),
       {
@@ -101,34 +91,12 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
         left: (batch) => void this.letGo(batch),
       },
     );
-    // A lone row goes as the plain statement: arrays and unnest cost the server more than the call itself.
-    this.queueing = new StatementCoalescer(
-      (batch) => this.calls.queryOne<AcquireRow>('queue for a lock', this.sql.acquire, [batch.key, batch.entry, this.listener.channel, batch.ttlMs, batch.aliveMs, true]),
-      (batches) =>
-        byName(batches, (sorted) =>
-          this.calls.query<AcquireRow>('queue for a lock', this.sql.queueMany, [
-            sorted.map((batch) => batch.key),
-            sorted.map((batch) => batch.entry),
-            sorted.map((batch) => batch.ttlMs),
-            sorted.map((batch) => batch.aliveMs),
-            this.listener.channel,
-          ]),
-        ),
-    );
-    this.releasing = new StatementCoalescer(
-      (batch) => this.calls.queryOne('release a lock', this.sql.release, [batch.key, batch.entry]),
-      (batches) => byName(batches, (sorted) => this.calls.query('release a lock', this.sql.releaseMany, [sorted.map((batch) => batch.key), sorted.map((batch) => batch.entry)])),
-    );
     const { Client } = loadPeer<typeof import('pg')>('pg', 'postgres');
-    this.listener = new PostgresListener(Client, { ...listenConfig, keepAlive: true, connectionTimeoutMillis: settings.serverTimeoutMs }, `lock_${this.clientId}`, {
+    this.listener = new PostgresListener(Client, { ...listenConfig, keepAlive: true, connectionTimeoutMillis: settings.serverTimeoutMs }, channel, {
       notified: (payload) => this.notified(payload),
-      resumed: () => {
-        this.safetyNet.checkNow();
-        this.shared.resumed();
-      },
+      resumed: () => this.safetyNet.checkNow(),
       failed: (error) => this.calls.failed(error),
     });
-    this.shared = new PostgresSharedEntries(sharedSql, this.calls, this.clock, this.listener, this.clientId, this.closing.signal);
     this.startupWarning = setTimeout(() => {
       if (this.listener.isListening || !this.lifecycle.isOpen) return;
       const why = this.calls.unreachable();
@@ -138,10 +106,7 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
       );
     }, settings.serverTimeoutMs);
     this.startupWarning.unref();
-    this.sweeper = setInterval(() => {
-      void this.calls.query('sweep free lock rows', this.sql.sweep, [SWEEP_EVERY_MS]).catch(() => undefined);
-      void this.calls.query('sweep ended shared leases', sharedSql.sweep, [SWEEP_EVERY_MS]).catch(() => undefined);
-    }, SWEEP_EVERY_MS);
+    this.sweeper = setInterval(() => this.statements.sweep(SWEEP_EVERY_MS), SWEEP_EVERY_MS);
     this.sweeper.unref();
   }
 
@@ -164,42 +129,19 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     await this.calls.query('answer a ping', 'SELECT 1', []);
   }
 
-  /** A read or permit entry goes to the server on its own (postgres-shared.ts); a write joins its name's batch. */
-  override acquire(request: AcquireRequest): Promise<LockGrant> {
-    if (request.mode === undefined || request.mode === 'write') return super.acquire(request);
-    return this.whenOpen(() => this.shared.acquire(request));
-  }
-
-  override tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
-    if (request.mode === undefined || request.mode === 'write') return super.tryAcquire(request);
-    return this.whenOpen(() => this.shared.tryAcquire(request));
-  }
-
-  override release(grant: LockGrant, validForMs?: number): Promise<void> {
-    return grant instanceof SharedGrant ? this.shared.release(grant) : super.release(grant, validForMs);
-  }
-
-  /** A read or permit call, rejected as the write path's are once the backend closed. */
-  private whenOpen<T>(run: () => Promise<T>): Promise<T> {
-    try {
-      this.lifecycle.assertOpen();
-    } catch (error) {
-      return Promise.reject(error);
-    }
-    return run();
-  }
-
-  /** One statement: take the lock if it is free and nobody waits. */
+  /** One statement: take the lock if the entry may go now (for a write: the name is free and nobody waits). */
   protected async tryTake(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
     const batch = new PostgresBatch(request.key, `~t${(trySeq++).toString(36)}`, this.clientId);
+    batch.mode = request.mode ?? 'write';
+    batch.limit = request.limit;
     batch.ttlMs = Math.ceil(request.ttlMs);
     const sentAt = performance.now();
     let row: AcquireRow;
     try {
-      row = await this.calls.queryOne<AcquireRow>('take a lock', this.sql.acquire, [batch.key, batch.entry, this.listener.channel, batch.ttlMs, batch.aliveMs, false]);
+      row = await this.statements.put(batch, false);
     } catch (error) {
       // It may still have run (an answer that came too late): take back what it took.
-      void this.letGo(batch);
+      if (!(error instanceof LockConfigError)) void this.letGo(batch);
       throw error;
     }
     this.clock.sample(row.server_ms, sentAt);
@@ -209,25 +151,44 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     return this.grant(batch, request);
   }
 
-  /** One owner-checked UPDATE of the entry's row: false when the lease is no longer ours. */
+  /**
+   * One owner- and fence-checked statement on the entry's row: false when the lease is no longer
+   * ours. A lost entry is lost for every holder of its batch: their renewals answer false too.
+   */
   async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
-    if (grant instanceof SharedGrant) return this.shared.renew(grant, ttlMs);
     const held = this.heldFor(grant);
     if (!held || held.batch.lost) return false;
-    if (await this.renewRow(held.batch, Math.ceil(ttlMs), 'renew a lock')) return true;
+    if (await this.renewRow(held.batch, Math.ceil(this.entryTtl(held.batch, grant.owner, ttlMs)), 'renew a lock')) {
+      held.ttlMs = ttlMs;
+      return true;
+    }
     this.held.delete(grant.owner);
     this.entryLost(held.batch, 'renew a lock');
     return false;
+  }
+
+  /**
+   * The ttl to renew the entry's lease for, for `owner` asking `ttlMs`: a read entry's lease is
+   * every holder's of its batch, so it is renewed for the longest ttl among them (never shorter
+   * than a lease another holder counts on); other entries have a single holder.
+   */
+  private entryTtl(batch: PostgresBatch, owner: string, ttlMs: number): number {
+    if (batch.mode !== 'read') return ttlMs;
+    let longest = ttlMs;
+    for (const other of batch.holders) if (other !== owner) longest = Math.max(longest, this.held.get(other)?.ttlMs ?? 0);
+    return longest;
   }
 
   async close(): Promise<void> {
     if (!this.lifecycle.beginClose()) return;
     clearTimeout(this.startupWarning);
     clearInterval(this.sweeper);
+    // Entries on their way or waiting, and held ones: all let go below, and awaited.
+    const entries = new Set(this.entries.values());
+    for (const held of this.held.values()) entries.add(held.batch);
     this.queues.closeAll(this.lifecycle.closedWhileWaiting());
     this.closing.abort(this.lifecycle.closedWhileHeld());
-    const releases = [...new Set([...this.held.values()].map((held) => held.batch))].map((batch): Promise<unknown> => this.letGo(batch));
-    releases.push(this.shared.close(this.lifecycle.closedWhileWaiting()));
+    const releases = [...entries].map((batch) => this.letGo(batch));
     this.held.clear();
     this.safetyNet.stop();
     this.listener.close();
@@ -248,7 +209,7 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     batch.askedAt = sentAt;
     batch.refreshedAt = sentAt;
     const listening = this.listener.generation;
-    this.queueing.run(batch).then(
+    this.statements.put(batch, true).then(
       (row) => {
         this.clock.sample(row.server_ms, sentAt);
         // Everyone left (or the backend closed) while the statement was on its way: leave the queue.
@@ -270,23 +231,27 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
       },
       (error) => {
         this.queues.end(batch, error);
-        void this.letGo(batch);
+        // A permit of another limit than the name's: nothing was done at the server.
+        if (!(error instanceof LockConfigError)) void this.letGo(batch);
       },
     );
   }
 
-  /** BatchEntries: the callers left or the backend closes. A statement still on its way leaves the queue when answered (enqueue). */
+  /**
+   * BatchEntries: the callers left or the backend closes (which lets go of the entry itself). A
+   * statement still on its way leaves the queue when answered (enqueue).
+   */
   withdraw(batch: PostgresBatch, reason: unknown): void {
     const queued = batch.state === 'queued';
     this.queues.end(batch, reason);
-    if (queued) void this.letGo(batch);
+    if (queued && this.lifecycle.isOpen) void this.letGo(batch);
   }
 
-  /** BatchEntries: the release statement hands the lock to the next live entry, or frees the name. */
+  /** BatchEntries: the release statement hands the lock to the next live entries, or frees the name. */
   remove(batch: PostgresBatch): Promise<void> {
     this.entries.delete(batch.entry);
     // The statement's answer (whom the lock was handed to) is of no use here.
-    return this.releasing.run(batch) as Promise<void>;
+    return this.statements.release(batch) as Promise<void>;
   }
 
   /** BatchEntries: the previous holder let go without knowing its lease valid: renew the entry's row. */
@@ -308,7 +273,7 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
   /**
    * BatchEntries: the grant of a caller served under the batch's entry. Its lease never counts
    * past the entry's lease at the server; when too little of that is left for the caller's first
-   * renewal, the row is renewed now and the caller holds under the old lease until then.
+   * renewal, the row is renewed now (see entryTtl) and the caller holds under the old lease until then.
    */
   grant(batch: PostgresBatch, { key, owner, ttlMs }: Pick<AcquireRequest, 'key' | 'owner' | 'ttlMs'>): LockGrant {
     const now = performance.now();
@@ -316,14 +281,14 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     let provisional: LockGrant['provisional'];
     if (requestedAt + ttlMs - now < (ttlMs * 2) / 3) {
       const sentAt = now;
-      const recorded = this.renewRow(batch, Math.ceil(ttlMs), 'renew a lock').then(
+      const recorded = this.renewRow(batch, Math.ceil(this.entryTtl(batch, owner, ttlMs)), 'renew a lock').then(
         (renewed) => (renewed ? sentAt : undefined),
         () => new Promise<undefined>(() => undefined), // could not tell: the lease's own renewals go on
       );
       provisional = { validUntil: batch.leaseFrom + batch.leaseTtlMs, recorded };
     }
     const grant: LockGrant = { key, owner, fencingToken: batch.token(), lost: this.closing.signal, requestedAt, provisional };
-    this.held.set(owner, { grant, batch });
+    this.held.set(owner, { grant, batch, ttlMs });
     return grant;
   }
 
@@ -331,7 +296,6 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
   private notified(payload: string): void {
     const [entry, fence, serverMs] = payload.split(' ');
     const batch = this.entries.get(entry);
-    if (!batch && this.shared.notified(entry, fence ?? '', serverMs)) return;
     if (!batch || !/^\d+$/.test(fence ?? '')) return; // an entry that left: its release statement hands the lock on
     if (batch.state === 'sending') batch.earlyGrant = { fence: BigInt(fence), serverMs: Number(serverMs) };
     else if (batch.state === 'queued') this.granted(batch, BigInt(fence), Math.max(batch.askedAt, this.clock.earliestLocal(Number(serverMs))));
@@ -371,9 +335,9 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
   /** The entry's row, owner- and fence-checked, extended to `ttlMs` from now; false when it is not ours. */
   private async renewRow(batch: PostgresBatch, ttlMs: number, operation: string): Promise<boolean> {
     const sentAt = performance.now();
-    const rows = await this.calls.query<{ server_ms: number }>(operation, this.sql.renew, [batch.key, batch.entry, ttlMs, batch.entryToken!.toString()]);
-    if (rows.length === 0) return false;
-    this.clock.sample(rows[0].server_ms, sentAt);
+    const serverMs = await this.statements.renew(batch, ttlMs, operation);
+    if (serverMs === undefined) return false;
+    this.clock.sample(serverMs, sentAt);
     this.leaseFrom(batch, sentAt, ttlMs);
     return true;
   }
@@ -386,7 +350,7 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
   /** Leaves the queue, or lets go of the lock, owner-checked: best effort, the lease or the entry's liveness ends it otherwise. */
   private letGo(batch: PostgresBatch): Promise<void> {
     this.entries.delete(batch.entry);
-    return this.releasing.run(batch).then(
+    return this.statements.release(batch).then(
       () => undefined,
       () => undefined,
     );
@@ -412,18 +376,6 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
 }
 
 let trySeq = 0;
-
-/**
- * Runs a statement over the batches sorted by name, so that two processes' statements lock the
- * names' rows in one order (no deadlock), and answers in the batches' own order.
- */
-async function byName<Output>(batches: PostgresBatch[], run: (sorted: PostgresBatch[]) => Promise<Output[]>): Promise<Output[]> {
-  const order = batches.map((_, i) => i).sort((a, b) => (batches[a].key < batches[b].key ? -1 : batches[a].key > batches[b].key ? 1 : a - b));
-  const outputs = await run(order.map((i) => batches[i]));
-  const answers = new Array<Output>(batches.length);
-  order.forEach((i, k) => (answers[i] = outputs[k]));
-  return answers;
-}
 
 function once(run: () => Promise<void>): () => Promise<void> {
   let running: Promise<void> | undefined;

@@ -123,14 +123,31 @@ describe('postgres: read locks and semaphores across processes', () => {
     for (const grant of [...grants.slice(1), granted]) await clients[0].release(grant);
   });
 
-  it('the readers of one process hold together', async () => {
+  it('the readers of one process hold together under one entry, which stays while any of them holds', async () => {
     const key = 'modes-one-process-read';
     const readers = await Promise.all(Array.from({ length: 3 }, () => ask(clients[1], key, 'read')));
-    assert.deepEqual(
-      (await clients[0].inspect!(key)).holders?.map((holder) => holder.fencingToken),
-      readers.map((grant) => grant.fencingToken).sort((a, b) => (a < b ? -1 : 1)),
-    );
+    const tokens = readers.map((grant) => grant.fencingToken).sort((a, b) => (a < b ? -1 : 1));
+    assert.equal(new Set(tokens).size, 3, 'two readers share a token');
+    assert.deepEqual((await clients[0].inspect!(key)).holders?.map((holder) => holder.fencingToken), [tokens[0]], 'not one entry for the readers of one process');
+    // Renewed for one reader with a short ttl, the entry keeps the lease the other readers count on.
+    assert.equal(await clients[1].renew(readers[0], 1_000), true);
+    const expiresInMs = (await clients[0].inspect!(key)).holders![0].expiresInMs!;
+    assert.ok(expiresInMs > TTL_MS / 2, `one reader's renewal shortened the entry's lease to ${expiresInMs} ms`);
+    await clients[1].release(readers[0]);
+    await clients[1].release(readers[1]);
+    assert.equal((await clients[0].inspect!(key)).held, true, 'the entry left while a reader still held');
+    await clients[1].release(readers[2]);
+    assert.deepEqual(await clients[0].inspect!(key), { held: false, waiting: 0 });
+  });
+
+  it('a read entry that is gone is lost for every reader it served', async () => {
+    const key = 'modes-one-process-read-lost';
+    const readers = await Promise.all([ask(clients[1], key, 'read'), ask(clients[1], key, 'read')]);
+    assert.equal(await clients[0].forceRelease!(key), true);
+    assert.equal(await clients[1].renew(readers[0], TTL_MS), false, 'a force-released reader renewed');
+    assert.equal(await clients[1].renew(readers[1], TTL_MS), false, 'the other reader of the force-released entry renewed');
     for (const grant of readers) await clients[1].release(grant);
+    assert.deepEqual(await clients[0].inspect!(key), { held: false, waiting: 0 });
   });
 
   it('tokens strictly increase per key in grant order across modes', async () => {
