@@ -171,6 +171,23 @@ export class RedisConnections {
   }
 
   /**
+   * The server refused our connection (or its host was not found) and no connection has come
+   * back since: a call fails at once with this as its cause, rather than waiting serverTimeoutMs
+   * for a server known not to take connections. The next reconnection that works clears it.
+   */
+  refused(): Error | undefined {
+    const error = this.lastError;
+    if (!error || !REFUSALS.test((error as NodeJS.ErrnoException).code ?? error.message)) return undefined;
+    return this.client.status === 'ready' && this.subscriber.status === 'ready' ? undefined : error;
+  }
+
+  /** A call that cannot be sent now: the server refuses connections (see refused()). */
+  private refusedCall(operation: string): LockServerUnreachableError | undefined {
+    const refused = this.refused();
+    return refused && new LockServerUnreachableError('redis', operation, this.address, 0, refused);
+  }
+
+  /**
    * `script` on the command connection, as send() bounds and reports it. On our own connection
    * its commands go out as ioredis Commands of ours, encoded by us: bounded by CommandTimeouts
    * (no Node timer per command), and with NOSCRIPT handled in the same reply handler (no promise
@@ -182,8 +199,10 @@ export class RedisConnections {
 
   /** As runScript, for a call made once for several connections (see ScriptCall). */
   runCall<Reply>(call: ScriptCall<Reply>, verb: string, key?: string): Promise<Reply> {
-    if (!this.ownCommands) return this.send(call.script.run(this.client, call.keys, call.args), verb, key);
     const operation = key === undefined ? verb : `${verb} "${key}"`;
+    const refused = this.lastError && this.refusedCall(operation);
+    if (refused) return Promise.reject(refused);
+    if (!this.ownCommands) return this.send(call.script.run(this.client, call.keys, call.args), verb, key);
     return call.script.runWith(this.client, call, (sent, whole, fallBack, onSuccess) => this.sendOwn(sent, whole, fallBack, operation, onSuccess)) as Promise<Reply>;
   }
 
@@ -192,6 +211,9 @@ export class RedisConnections {
    * Redlock master then makes no promise layer per master.
    */
   runCallTo<Reply>(call: ScriptCall<Reply>, verb: string, key: string, answered: Answered<Reply>, tag = 0): void {
+    const refused = this.lastError && this.refusedCall(`${verb} "${key}"`);
+    // Answered as a reply would be: never within the caller's own call.
+    if (refused) return queueMicrotask(() => answered(refused, undefined, tag));
     if (!this.ownCommands) {
       this.send(call.script.run(this.client, call.keys, call.args), verb, key).then(
         (reply) => answered(undefined, reply, tag),
@@ -205,6 +227,8 @@ export class RedisConnections {
 
   /** PING on the command connection, bounded like every command. */
   ping(): Promise<unknown> {
+    const refused = this.refusedCall('answer a PING');
+    if (refused) return Promise.reject(refused);
     if (!this.ownCommands) return this.send(this.client.ping(), 'answer a PING');
     const { Command, options, timeouts } = this.ownCommands;
     const command = new Command('ping', [], options);
@@ -332,6 +356,8 @@ export class RedisConnections {
    */
   whenSubscribed(operation: string, signal?: AbortSignal): Promise<void> {
     if (this.subscribed) return Promise.resolve();
+    const refused = this.refusedCall(operation);
+    if (refused) return Promise.reject(refused);
     return this.subscribedWaits.wait(operation, this.serverTimeoutMs, signal);
   }
 
@@ -392,6 +418,9 @@ export class RedisConnections {
     this.stalled = undefined;
   };
 }
+
+/** Errors that say the server does not take connections now (as opposed to one that is slow). */
+const REFUSALS = /ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|ENETUNREACH|EAI_AGAIN/;
 
 /** The longest pause between reconnection attempts, before jitter. */
 const RECONNECT_CAP_MS = 1_000;
