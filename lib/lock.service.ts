@@ -11,6 +11,7 @@ import { lockContext, LockScope } from './lock-context';
 import { LockInstrumentation } from './instrumentation/lock-instrumentation';
 import { LockHandle } from './lock-handle';
 import { assertLockName } from './lock-key';
+import { warnShortSchedules } from './schedule-checks';
 import { LockAcquirer, type LockNames } from './lock-acquirer';
 import { WaitRequest } from './wait-request';
 import {
@@ -76,6 +77,7 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
   /** Booted: from now on @WithLock prefers this service to any whose boot may have failed. */
   onApplicationBootstrap(): void {
     this.booted = true;
+    warnShortSchedules((message) => logger.warn(message));
   }
 
   private static unregister(service: LockService): void {

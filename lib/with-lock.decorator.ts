@@ -2,6 +2,7 @@ import { compileLockKey, type LockKeyResolver, type LockKeyTemplate } from './lo
 import { assertSemaphoreLimit, DEFAULT_LOCK_OPTIONS, MAX_TIMER_MS, resolveRunOptions, SEMAPHORE_DECORATOR_FIELDS, type RunOptions } from './lock-options';
 import { LockService, type LockNames } from './lock.service';
 import { LockKeyError } from './errors';
+import { noteMinHold } from './schedule-checks';
 
 /**
  * Runs the method holding the lock named by `template`, resolved from the call's arguments:
@@ -55,6 +56,7 @@ function lockedMethod(decorator: string, template: LockKeyTemplate | readonly Lo
     });
     copyMetadata(original, wrapped);
     descriptor.value = wrapped;
+    noteMinHold(target, propertyKey, method, options?.minHoldMs);
     return descriptor;
   };
 }
