@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { lockChannels, tracingAcquire, type AcquiredMessage, type AcquireMessage } from './diagnostics/lock-channels';
-import { DistributedLockError, LockBackendError } from './errors';
+import { DistributedLockError, LockBackendError, LockServerUnreachableError } from './errors';
 import { lockContext } from './lock-context';
 import { LockHandle } from './lock-handle';
 import { assertLockName, toBackendKey } from './lock-key';
@@ -147,9 +147,18 @@ export class LockAcquirer {
     return this.holding(grant, name, options, request.started, message);
   }
 
-  /** A timeout or the caller's abort reaches us as the signal's own reason: passed through; else wrapped. */
+  /**
+   * A timeout or the caller's abort reaches us as the signal's own reason: passed through; else
+   * wrapped. An unreachable server is reported with the time this caller waited, not the time of
+   * the backend's last attempt (a backend may try several times within one wait).
+   */
   waitFailed(request: WaitRequest, error: unknown): unknown {
-    return request.stoppedWith(error) ? error : this.wrap('acquire', error);
+    if (request.stoppedWith(error)) return error;
+    if (error instanceof LockServerUnreachableError) {
+      const waitedMs = Math.round(performance.now() - request.started);
+      if (waitedMs > error.waitedMs) return new LockServerUnreachableError(error.backend, error.operation, error.address ?? error.backend, waitedMs, error.cause);
+    }
+    return this.wrap('acquire', error);
   }
 
   waitEnded(request: WaitRequest, message?: AcquireMessage): void {

@@ -114,6 +114,14 @@ export function assertUnreachable(outcome: Timed<unknown>, address: string, what
     `${what}: expected LockServerUnreachableError, got ${describeError(outcome.error)}`,
   );
   assert.ok(outcome.error.message.includes(address), `${what}: the message does not name ${address}: ${outcome.error.message}`);
+  assertWaitedAsMeasured(outcome, what);
+}
+
+/** The "within N ms" of the message is what the caller waited (not one attempt's share of it), up to scheduling slack. */
+function assertWaitedAsMeasured(outcome: Timed<unknown>, what: string): void {
+  const { waitedMs } = outcome.error as LockServerUnreachableError;
+  const slackMs = Math.max(150, outcome.ms * 0.1);
+  assert.ok(outcome.ms - waitedMs <= slackMs, `${what}: the message says ${waitedMs} ms, the caller waited ${Math.round(outcome.ms)} ms: ${(outcome.error as Error).message}`);
 }
 
 /**
@@ -128,6 +136,7 @@ export function assertUnreachableWhileReconnecting(outcome: Timed<unknown>, rout
   // A port is never followed by another digit: 127.0.0.1:3715 is not named by 127.0.0.1:37157.
   const named = addresses.filter((address) => new RegExp(`${address.replace(/[.[\]]/g, '\\$&')}(?!\\d)`).test(message));
   assert.ok(named.length >= unreachableAtLeast, `${what}: expected at least ${unreachableAtLeast} of ${addresses.join(', ')} named: ${message}`);
+  assertWaitedAsMeasured(outcome, what);
 }
 
 /** Rejects when `promise` has not settled after `ms`: an `after` hook must not hang on a dead server. */
