@@ -1,5 +1,7 @@
 import type { IKeyValue } from 'etcd3';
-import type { EntryMode } from '../lock-backend.interface';
+import { LockConfigError } from '../../errors';
+import { mayGo } from '../entry-rule';
+import type { AcquireRequest, EntryMode } from '../lock-backend.interface';
 
 /**
  * What an entry under a lock name asks for, read from its value. A write entry's value is empty,
@@ -10,9 +12,12 @@ export interface EntryValue {
   readonly mode: EntryMode;
   /** For a permit: its semaphore's limit. */
   readonly limit?: number;
-  /** The caller's owner id (write entries name none: a batch serves many owners). */
+  /**
+   * The owner id of the caller the entry was put for (write entries name none: a batch serves
+   * many owners; readers of the process that join a read entry share it unnamed).
+   */
   readonly owner?: string;
-  /** A permit that waited marks itself granted, which wakes the permit watching it (see decide). */
+  /** A permit granted after waiting marks itself granted, which wakes the permit watching it (see decide). */
   readonly granted?: boolean;
 }
 
@@ -38,29 +43,37 @@ export function decodeEntry(kv: IKeyValue): EntryValue {
 /** What an entry does next, given the entries ahead of it. */
 export type Decision =
   | { readonly kind: 'grant' }
-  /** Wait for this key to be deleted (`orMarked`: or marked granted). */
-  | { readonly kind: 'key'; readonly key: IKeyValue; readonly orMarked: boolean }
-  /** Wait for any deletion under the name: one of several entries ahead may free the place. */
-  | { readonly kind: 'any-delete' };
+  /**
+   * Wait until one of these keys is deleted (`orMarked`: or, for the single key, rewritten as
+   * granted); then read the entries ahead again.
+   */
+  | { readonly kind: 'wait'; readonly keys: readonly IKeyValue[]; readonly orMarked: boolean };
+
+const GRANT: Decision = { kind: 'grant' };
 
 /**
- * The grant rule over `ahead` (every entry created before ours, oldest first), and what to wait
- * on otherwise, so that only a change that can grant us (or move us forward) wakes us:
- * - read: granted with no write entry ahead; else it waits for the nearest write entry ahead.
- * - permit: granted with fewer than `limit` entries ahead. With exactly `limit` ahead (the first
- *   waiting permit), any one deletion ahead grants it, so it watches the name's deletions. With
- *   more, the permit just ahead of it waits too, and it waits for that one to be deleted or marked
- *   granted, after which it is the first waiting permit: releases wake one waiter, not all.
+ * The grant rule (mayGo) over `ahead`, the entries created before ours, oldest first (for a
+ * write, only the newest of them is read: it is all the rule needs), and otherwise the keys to
+ * wait on: only keys whose change can let ours go, so that a release wakes one waiter, not all.
+ * - write: the key just before ours, as etcd's Mutex does.
+ * - read: the nearest write entry ahead; readers ahead do not matter, and a write further ahead
+ *   is found by the read that follows its deletion.
+ * - permit: with more than `limit` ahead and a permit just before ours, that permit waits too:
+ *   ours can go only once it is deleted or marked granted, after which ours is the first waiting
+ *   permit. Otherwise (the first waiting permit, or modes mixed on the name) the `limit` newest
+ *   keys ahead: while they all stay, at least `limit` are ahead, and any of them going may let
+ *   ours go. Never the oldest key alone: a release of a newer holder would not wake it.
  */
-export function decide(mode: 'read' | 'permit', limit: number, ahead: readonly IKeyValue[]): Decision {
-  if (mode === 'read') {
-    for (let i = ahead.length - 1; i >= 0; i--) if (decodeEntry(ahead[i]).mode === 'write') return { kind: 'key', key: ahead[i], orMarked: false };
-    return { kind: 'grant' };
-  }
-  if (ahead.length < limit) return { kind: 'grant' };
+export function decide(mode: EntryMode, limit: number, ahead: readonly IKeyValue[]): Decision {
+  let lastWrite = -1;
+  if (mode === 'read') for (let i = ahead.length - 1; i >= 0 && lastWrite < 0; i--) if (decodeEntry(ahead[i]).mode === 'write') lastWrite = i;
+  // Of the writes ahead the rule needs only whether there is one.
+  if (mayGo(mode, limit, ahead.length, lastWrite + 1)) return GRANT;
   const nearest = ahead[ahead.length - 1];
-  if (ahead.length > limit && decodeEntry(nearest).mode === 'permit') return { kind: 'key', key: nearest, orMarked: true };
-  return { kind: 'any-delete' };
+  if (mode === 'write') return { kind: 'wait', keys: [nearest], orMarked: false };
+  if (mode === 'read') return { kind: 'wait', keys: [ahead[lastWrite]], orMarked: false };
+  if (ahead.length > limit && decodeEntry(nearest).mode === 'permit') return { kind: 'wait', keys: [nearest], orMarked: true };
+  return { kind: 'wait', keys: ahead.slice(-limit), orMarked: false };
 }
 
 /** The limit of the oldest permit ahead when it differs from ours (the older entry's limit stands). */
@@ -70,4 +83,16 @@ export function conflictingLimit(limit: number, ahead: readonly IKeyValue[]): nu
     if (value.mode === 'permit') return value.limit === limit ? undefined : value.limit;
   }
   return undefined;
+}
+
+/** A permit asked with another limit than the permits already queued or holding under the name. */
+export function limitMismatch(name: string, limit: number, other: number): LockConfigError {
+  return new LockConfigError('limit', `the semaphore "${name}" has limit ${other} at etcd (a permit queued or held with it), not ${limit} as asked`);
+}
+
+/** A permit's limit must be a positive integer (LockService checks it first; a direct caller may not). */
+export function badLimit(request: Pick<AcquireRequest, 'mode' | 'limit' | 'key'>): LockConfigError | undefined {
+  const { limit } = request;
+  if (request.mode !== 'permit' || (Number.isInteger(limit) && limit! > 0)) return undefined;
+  return new LockConfigError('limit', `a semaphore's limit must be a positive integer, got ${String(limit)} for "${request.key}"`);
 }

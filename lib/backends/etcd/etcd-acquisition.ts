@@ -1,13 +1,25 @@
 import type { Etcd3, IKeyValue, ITxnRequest, ITxnResponse, Watcher } from 'etcd3';
 import { LockBackendError } from '../../errors';
+import { conflictingLimit, decide, limitMismatch, type Decision, type EntryValue } from './entry-modes';
 import type { LockKeys } from './etcd-keys';
-import { createRevision, enqueueTxn, keyStillTxn, rangeKvs, recheckTxn } from './etcd-requests';
+import { entriesAhead, entryEnqueueTxn, entryRecheckTxn, markGrantedTxn } from './etcd-mode-requests';
+import { createRevision, keysStillTxn, rangeKvs } from './etcd-requests';
 import type { EtcdSession } from './etcd-session';
 import type { LocalFollower, LocalFollowers } from './local-followers';
 
+/** What every acquisition of one backend shares. */
+export interface AcquisitionContext {
+  readonly client: Etcd3;
+  readonly localFollowers: LocalFollowers;
+  /** watchSafetyNetMs of the backend's sessions. */
+  readonly safetyNetMs: number;
+  /** A transaction with the backend's deadline and lease-loss detection. */
+  txn(session: EtcdSession, request: ITxnRequest): Promise<ITxnResponse>;
+}
+
 /** How the acquisition tells the backend how it ended. */
 export interface AcquisitionOutcome {
-  /** Our key is the lowest, our key still exists and our session is alive. */
+  /** The grant rule lets our entry go, our key still exists and our session is alive. */
   granted(revision: bigint): void;
   /** Gave up (abort, session lost, error): the caller is told at once. */
   failed(error: unknown): void;
@@ -17,6 +29,9 @@ export interface AcquisitionOutcome {
    */
   cleanup(revision: bigint | undefined): void;
 }
+
+/** What a try's outcome fails with when its entry would have to wait (its key is then deleted). */
+export const NOT_FREE = Symbol('not free');
 
 /** Retry delay for a recheck that failed on the network while the session still lives. */
 const RECHECK_RETRY_MS = 200;
@@ -32,18 +47,22 @@ export function watchSafetyNetMs(sessionTtlSeconds: number): number {
 }
 
 /**
- * One waiter in the queue of one lock name (etcd's concurrency.Mutex recipe): put our key, and
- * while it is not the lowest, wait only for the deletion of the key just before it (no herd).
- * On every wake-up, recheck in one read-only transaction that our key still exists and which key
- * is now before it (the predecessor may have been a waiter that gave up, so another one may
- * remain), and that the session is alive: a waiter whose key or session expired gets an error,
- * never the lock (Jepsen 2020, etcd issue 11456).
+ * One entry waiting in the queue of one lock name, of any mode (etcd's concurrency.Mutex recipe,
+ * generalized by the grant rule): put our key, and until the rule lets it go, wait only for the
+ * keys whose change can let it go (decide: for a write the key just before ours), never the whole
+ * name, so a release wakes one waiter, not a herd. On every wake-up, recheck in one read-only
+ * transaction that our key still exists and what is now ahead of it (a key we waited on may have
+ * been a waiter that gave up, so another one may remain), and that the session is alive: a waiter
+ * whose key or session expired gets an error, never the lock (Jepsen 2020, etcd issue 11456).
  */
 export class EtcdAcquisition implements LocalFollower {
   private revision?: bigint;
-  private watcher?: Watcher;
+  /** The watches of the current wait, and the keys of it followed in this process. */
+  private watchers: Watcher[] = [];
+  private followed: Buffer[] = [];
+  /** The current wait's keys (and whether a mark counts), to keep a wait that still fits. */
+  private waitingOn?: string;
   private safetyNet?: NodeJS.Timeout;
-  private predecessor?: Buffer;
   private checking = false;
   private checkAgain = false;
   private state: 'waiting' | 'granted' | 'failed' = 'waiting';
@@ -51,15 +70,15 @@ export class EtcdAcquisition implements LocalFollower {
   private enqueued = false;
 
   constructor(
-    private readonly client: Etcd3,
+    private readonly context: AcquisitionContext,
+    /** The lock name as the caller gave it (errors name it). */
+    private readonly name: string,
     readonly session: EtcdSession,
     readonly keys: LockKeys,
-    /** A transaction with the backend's deadline and lease-loss detection. */
-    private readonly txn: (request: ITxnRequest) => Promise<ITxnResponse>,
-    private readonly localFollowers: LocalFollowers,
+    private readonly entry: EntryValue,
     private readonly outcome: AcquisitionOutcome,
-    /** watchSafetyNetMs of the session. */
-    private readonly safetyNetMs: number,
+    /** A try: fails with NOT_FREE rather than wait. */
+    private readonly onlyIfFree = false,
   ) {}
 
   /** Our key is in the queue: the enqueue answered with it. */
@@ -67,11 +86,11 @@ export class EtcdAcquisition implements LocalFollower {
     return this.revision !== undefined;
   }
 
-  /** One round trip: put + read the key before ours; none means the lock is ours. */
+  /** One round trip: put our key and read what is ahead of it; nothing that holds it back means ours goes. */
   async start(): Promise<void> {
     let response: ITxnResponse;
     try {
-      response = await this.txn(enqueueTxn(this.keys, this.session.leaseId));
+      response = await this.context.txn(this.session, entryEnqueueTxn(this.keys, this.session.leaseId, this.entry));
     } catch (error) {
       // The put may have committed before the answer was lost: delete the key by name.
       this.enqueued = true;
@@ -85,14 +104,18 @@ export class EtcdAcquisition implements LocalFollower {
     if (this.state === 'failed') return this.outcome.cleanup(this.revision);
     if (this.revision === undefined) return this.fail(this.sessionLost());
     if (!response.succeeded) return void this.recheck();
-    const before = rangeKvs(response, 1).find((kv) => createRevision(kv) < this.revision!);
-    if (!before) return this.grant();
-    this.follow(before, this.revision);
+    const ahead = entriesAhead(response, 1, this.revision);
+    const { mode, limit } = this.entry;
+    // The permits queued or held when we arrived: a later reread may see a permit that is about to reject itself.
+    const other = mode === 'permit' ? conflictingLimit(limit!, ahead) : undefined;
+    if (other !== undefined) return this.fail(limitMismatch(this.name, limit!, other));
+    this.evaluate(decide(mode, limit ?? 0, ahead), BigInt(response.header.revision), false);
   }
 
   /**
    * A release in this process read, in the same transaction as its delete, that our key is now
-   * the lowest: that read is the recheck, so no wake-up and no second read are needed.
+   * the lowest (nothing ahead: every mode goes): that read is the recheck, so no wake-up and no
+   * second read are needed.
    */
   grantedByRelease(own: IKeyValue): void {
     if (this.state !== 'waiting') return;
@@ -100,7 +123,7 @@ export class EtcdAcquisition implements LocalFollower {
     const revision = createRevision(own);
     if (this.revision !== undefined ? revision !== this.revision : revision <= (this.keys.slot?.sinceRevision ?? -1n)) return;
     this.revision = revision;
-    this.grant();
+    this.grant(true);
   }
 
   /** Gives up waiting (abort, session lost, backend closed). */
@@ -108,84 +131,115 @@ export class EtcdAcquisition implements LocalFollower {
     this.fail(error);
   }
 
-  /** Told by this process that our predecessor's key is gone. */
+  /** Told by this process that a key we wait on is gone. */
   predecessorGone(): void {
     void this.recheck();
   }
 
+  /** `fromEnqueue`: decided on the enqueue's own read, which no entry behind ours can have waited on. */
+  private evaluate(decision: Decision, readRevision: bigint, fromEnqueue: boolean): void {
+    if (decision.kind === 'grant') return this.grant(!fromEnqueue);
+    if (this.onlyIfFree) return this.fail(NOT_FREE);
+    this.follow(decision, readRevision);
+  }
+
   /**
-   * Waits for the deletion of `predecessor`, read at `readRevision`: through this process when
-   * the key is ours too (see LocalFollowers), else through a watch.
+   * Waits for a change of the decision's keys, read at `readRevision`: through this process for a
+   * deletion of a key that is ours too (see LocalFollowers), else through a watch.
    */
-  private follow(predecessor: IKeyValue, readRevision: bigint): void {
+  private follow({ keys, orMarked }: Extract<Decision, { kind: 'wait' }>, readRevision: bigint): void {
+    let target = orMarked ? 'marked' : '';
+    for (const kv of keys) target += `\n${kv.key.toString('latin1')}@${kv.create_revision}`;
+    if (target === this.waitingOn) return;
     this.unfollow();
-    this.predecessor = predecessor.key;
-    if (predecessor.lease !== this.session.leaseId) return this.watch(predecessor, readRevision);
-    if (!this.localFollowers.follow(predecessor, this)) void this.recheck();
+    this.waitingOn = target;
+    let gone = false;
+    const watched: IKeyValue[] = [];
+    for (const kv of keys) {
+      if (orMarked || kv.lease !== this.session.leaseId) {
+        watched.push(kv);
+        continue;
+      }
+      this.followed.push(kv.key);
+      if (!this.context.localFollowers.follow(kv, this)) gone = true;
+    }
+    if (watched.length > 0) this.watch(watched, orMarked, readRevision);
+    if (gone) void this.recheck();
   }
 
   /**
    * Watches from "now" rather than from the revision we read at: etcd serves a watch that starts
    * in the past from a catch-up loop that runs every 100 ms, and until it has caught up, a
-   * deletion reaches the watch only at the loop's next run (measured: a hand-off of 156 ms when a
-   * process's local queue ran faster than the catch-up). When anything was written between our
-   * read and the watch's start, one single-key read checks that the predecessor did not go in
-   * between.
+   * deletion reaches the watch only at the loop's next run. When anything was written between our
+   * read and the watches' start, one read checks that the keys did not change in between.
    */
-  private watch(predecessor: IKeyValue, readRevision: bigint): void {
-    const watcher = this.client.watch().key(predecessor.key).only('delete').watcher();
-    this.watcher = watcher;
-    this.armSafetyNet(watcher, predecessor);
-    let connections = 0;
-    watcher.on('data', () => watcher === this.watcher && this.armSafetyNet(watcher, predecessor));
-    watcher.on('delete', () => watcher === this.watcher && void this.recheck());
-    watcher.on('connected', (created: { header: { revision: string } }) => {
-      if (watcher !== this.watcher) return;
-      this.armSafetyNet(watcher, predecessor);
-      // After a reconnect the stream may have skipped events sent just before it broke.
-      if (++connections > 1) return void this.recheck();
-      if (BigInt(created.header.revision) !== readRevision) this.checkPredecessor(watcher, predecessor);
+  private watch(kvs: IKeyValue[], orMarked: boolean, readRevision: bigint): void {
+    const watchers = kvs.map((kv) => {
+      const builder = this.context.client.watch().key(kv.key);
+      // A key that may be marked granted: any change of it (etcd's watch filters only exclude).
+      return (orMarked ? builder : builder.only('delete')).watcher();
     });
-    // The server cancelled the watch: look again, and follow anew.
-    watcher.on('error', () => {
-      if (watcher !== this.watcher) return;
-      this.unfollow();
-      void this.recheck();
-    });
+    this.watchers = watchers;
+    const current = () => this.watchers === watchers;
+    const wake = () => current() && void this.recheck();
+    this.armSafetyNet(watchers, kvs);
+    let unconnected = watchers.length;
+    let moved = false;
+    for (const watcher of watchers) {
+      let connections = 0;
+      watcher.on('data', () => current() && this.armSafetyNet(watchers, kvs));
+      watcher.on('delete', wake);
+      watcher.on('put', wake);
+      watcher.on('connected', (created: { header: { revision: string } }) => {
+        if (!current()) return;
+        this.armSafetyNet(watchers, kvs);
+        // After a reconnect the stream may have skipped events sent just before it broke.
+        if (++connections > 1) return void wake();
+        moved ||= BigInt(created.header.revision) !== readRevision;
+        if (--unconnected === 0 && moved) this.checkWatched(watchers, kvs);
+      });
+      // The server cancelled the watch: look again, and follow anew.
+      watcher.on('error', () => {
+        if (!current()) return;
+        this.unfollow();
+        void this.recheck();
+      });
+    }
   }
 
   /**
    * etcd3's watch streams have no keepalive: a watch carried by a member that stalls (a paused
    * process, a half-open connection) neither errors nor delivers, and its waiter would wait
-   * forever after the lock was freed. So a watch that has heard nothing for `safetyNetMs` is
-   * backed by a read of the predecessor, served by whichever member answers, and again every
-   * `safetyNetMs`. A single-key read, not the recheck: that one reads the whole queue, and a long
+   * forever after the lock was freed. So a wait whose watches have heard nothing for
+   * `safetyNetMs` is backed by a read of the watched keys, served by whichever member answers,
+   * and again every `safetyNetMs`. Not the recheck: that one may read the whole queue, and a long
    * queue of waiters would pay for it squared.
    */
-  private armSafetyNet(watcher: Watcher, predecessor: IKeyValue): void {
+  private armSafetyNet(watchers: Watcher[], kvs: IKeyValue[]): void {
     clearTimeout(this.safetyNet);
     this.safetyNet = setTimeout(() => {
-      if (watcher !== this.watcher) return;
-      this.armSafetyNet(watcher, predecessor);
-      this.checkPredecessor(watcher, predecessor);
-    }, this.safetyNetMs);
+      if (watchers !== this.watchers) return;
+      this.armSafetyNet(watchers, kvs);
+      this.checkWatched(watchers, kvs);
+    }, this.context.safetyNetMs);
     this.safetyNet.unref();
   }
 
-  /** One single-key read: when the predecessor we watch is gone (or we cannot tell), recheck. */
-  private checkPredecessor(watcher: Watcher, predecessor: IKeyValue): void {
-    this.txn(keyStillTxn(predecessor)).then(
-      (response) => response.succeeded || watcher !== this.watcher || void this.recheck(),
-      () => watcher === this.watcher && void this.recheck(),
+  /** One read: when a watched key changed (or we cannot tell), recheck. */
+  private checkWatched(watchers: Watcher[], kvs: IKeyValue[]): void {
+    this.context.txn(this.session, keysStillTxn(kvs)).then(
+      (response) => response.succeeded || watchers !== this.watchers || void this.recheck(),
+      () => watchers === this.watchers && void this.recheck(),
     );
   }
 
   private unfollow(): void {
     clearTimeout(this.safetyNet);
-    this.watcher?.cancel().catch(() => undefined);
-    this.watcher = undefined;
-    if (this.predecessor) this.localFollowers.unfollow(this.predecessor, this);
-    this.predecessor = undefined;
+    for (const watcher of this.watchers) watcher.cancel().catch(() => undefined);
+    this.watchers = [];
+    for (const key of this.followed) this.context.localFollowers.unfollow(key, this);
+    this.followed = [];
+    this.waitingOn = undefined;
   }
 
   private async recheck(): Promise<void> {
@@ -199,12 +253,10 @@ export class EtcdAcquisition implements LocalFollower {
         this.checkAgain = false;
         if (this.state !== 'waiting') return;
         if (!this.session.alive) return this.fail(this.sessionLost());
-        const response = await this.txn(recheckTxn(this.keys, this.revision!));
+        const response = await this.context.txn(this.session, entryRecheckTxn(this.entry.mode, this.keys, this.revision!));
         if (this.state !== 'waiting') return;
         if (!response.succeeded) return this.fail(this.sessionLost());
-        const before = rangeKvs(response, 0)[0];
-        if (!before) return this.grant();
-        if (!this.predecessor?.equals(before.key)) this.follow(before, BigInt(response.header.revision));
+        this.evaluate(decide(this.entry.mode, this.entry.limit ?? 0, entriesAhead(response, 0, this.revision!)), BigInt(response.header.revision), false);
       } while (this.checkAgain);
     } catch {
       // Could not tell (network): look again shortly; a lost session ends the wait meanwhile.
@@ -214,11 +266,18 @@ export class EtcdAcquisition implements LocalFollower {
     }
   }
 
-  private grant(): void {
+  /**
+   * `mark`: a permit granted after it may have been waited on rewrites its value as granted,
+   * which wakes the permit behind it (decide). Best effort: one that misses it rereads at its safety net.
+   */
+  private grant(mark: boolean): void {
     if (this.state !== 'waiting') return;
     if (!this.session.alive) return this.fail(this.sessionLost());
     this.state = 'granted';
     this.unfollow();
+    if (mark && this.entry.mode === 'permit') {
+      this.context.txn(this.session, markGrantedTxn(this.keys, this.revision!, this.session.leaseId, this.entry)).catch(() => undefined);
+    }
     this.outcome.granted(this.revision!);
   }
 

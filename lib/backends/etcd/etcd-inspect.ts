@@ -33,8 +33,7 @@ function holdersOf(queue: readonly IKeyValue[]): IKeyValue[] {
   const holders: IKeyValue[] = [];
   for (let i = 0; i < queue.length; i++) {
     const value = decodeEntry(queue[i]);
-    const granted = value.mode === 'write' ? i === 0 : decide(value.mode, value.limit ?? 0, queue.slice(0, i)).kind === 'grant';
-    if (granted) holders.push(queue[i]);
+    if (decide(value.mode, value.limit ?? 0, queue.slice(0, i)).kind === 'grant') holders.push(queue[i]);
   }
   return holders;
 }
@@ -46,7 +45,8 @@ function holdersOf(queue: readonly IKeyValue[]): IKeyValue[] {
  * queued batch of a process: etcd cannot see how many callers a batch holds). A write holder's
  * owner is its key below the name, `<session lease id, hex>/<entry id>`, and its token the one
  * its entry's first turn got, `create revision << 16` (later turns of the same batch are never
- * written to etcd); a read or permit holder's owner is the caller's, kept in its value.
+ * written to etcd); a read or permit holder's owner is that of the caller its entry was put for,
+ * kept in its value (readers of that process that shared the entry are not named).
  */
 export class EtcdInspector {
   constructor(

@@ -91,11 +91,14 @@ function linearizable(key: Buffer) {
   return { request_range: { key, count_only: true } };
 }
 
-/** Does this key still exist, as the same key (same create revision)? A read-only transaction. */
-export function keyStillTxn(kv: IKeyValue): ITxnRequest {
+/**
+ * Are these keys all unchanged (same mod revision: not deleted, not rewritten as a granted
+ * permit)? A read-only transaction, for the keys a waiter watches.
+ */
+export function keysStillTxn(kvs: readonly IKeyValue[]): ITxnRequest {
   return {
-    compare: [{ key: kv.key, target: 'Create', result: 'Equal', create_revision: kv.create_revision }],
-    success: [linearizable(kv.key)],
+    compare: kvs.map((kv) => ({ key: kv.key, target: 'Mod', result: 'Equal', mod_revision: kv.mod_revision }) as const),
+    success: [linearizable(kvs[0].key)],
     failure: [],
   };
 }

@@ -4,16 +4,17 @@ import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import { LocalQueueBackend } from '../../queue/local-queue-backend';
-import { EtcdAcquisition, watchSafetyNetMs } from './etcd-acquisition';
+import { badLimit, decide, type EntryValue } from './entry-modes';
+import { EtcdAcquisition, NOT_FREE, watchSafetyNetMs, type AcquisitionContext } from './etcd-acquisition';
 import { EtcdCalls } from './etcd-calls';
 import { ATTEMPTS, createEtcdClient, suppliedClientAddress } from './etcd-client';
 import { EtcdInspector } from './etcd-inspect';
 import { EtcdKeyDeletes, LATE_PUT_MS } from './etcd-key-deletes';
 import { EtcdBatch } from './etcd-batch';
-import { EtcdModeEntries } from './etcd-mode-entries';
+import { entryRecheckTxn } from './etcd-mode-requests';
 import { DEFAULT_ETCD_HOSTS, etcdAddress, sessionTtlSeconds, validateEtcdOptions, type EtcdBackendOptions } from './etcd-options';
 import { EtcdRenewals } from './etcd-renewals';
-import { recheckTxn, rangeKvs, tryTakeTxn } from './etcd-requests';
+import { rangeKvs, tryTakeTxn } from './etcd-requests';
 import { SessionRanOut, type EtcdSession } from './etcd-session';
 import { EtcdSessions } from './etcd-sessions';
 import { LocalFollowers } from './local-followers';
@@ -36,13 +37,14 @@ export interface EtcdBackendConfig {
  * (per process), a key per queued batch of callers under the lock name's prefix, the lowest
  * create revision holds, each batch watches only its predecessor. A process's callers of one
  * name share a key (LocalQueues); the fencing token is the key's create revision shifted left by
- * 16 bits, plus the caller's turn under that key. Read and permit entries are keys of their own in
- * the same queue, one per caller (EtcdModeEntries).
+ * 16 bits, plus the caller's turn under that key. Read and permit entries are keys in the same
+ * queue, whose value says their mode: a read key serves the process's readers together, a permit
+ * key one caller. One EtcdAcquisition decides when an entry of any mode goes.
  */
 export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements LockBackend {
   readonly name = 'etcd';
   readonly maxKeyBytes = 1024;
-  /** Read and permit entries: one key per caller, in the same queue (EtcdModeEntries). */
+  /** Read and permit entries are batches too (LocalQueues), with their mode in the key's value. */
   readonly modes = ['write', 'read', 'permit'] as const;
   readonly address: string;
   private readonly calls: EtcdCalls;
@@ -51,10 +53,9 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
   private readonly waiting = new Map<string, EtcdAcquisition>();
   private readonly deletes: EtcdKeyDeletes;
   private readonly localFollowers: LocalFollowers;
-  private readonly safetyNetMs: number;
+  private readonly acquisitions: AcquisitionContext;
   private readonly inspector: EtcdInspector;
   private readonly renewals = new EtcdRenewals((session, operation, request) => this.txn(session, operation, request));
-  private readonly entries: EtcdModeEntries;
 
   constructor(
     private readonly client: Etcd3,
@@ -71,34 +72,14 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
       this.localFollowers,
       () => this.waiting.size > 0,
     );
-    this.safetyNetMs = watchSafetyNetMs(config.sessionTtlSeconds);
+    this.acquisitions = {
+      client,
+      localFollowers: this.localFollowers,
+      safetyNetMs: watchSafetyNetMs(config.sessionTtlSeconds),
+      txn: (session, request) => this.txn(session, 'queue for a lock', request),
+    };
     this.inspector = new EtcdInspector(client, this.calls);
     this.sessions = new EtcdSessions(client, config.sessionTtlSeconds, this.calls, config.serverTimeoutMs, callTimeoutMs, this.onSessionLost);
-    this.entries = new EtcdModeEntries({
-      client,
-      lifecycle: this.lifecycle,
-      sessions: this.sessions,
-      txn: (session, operation, request) => this.txn(session, operation, request),
-      deletes: this.deletes,
-      renewals: this.renewals,
-      localFollowers: this.localFollowers,
-      mayBeFollowed: () => this.waiting.size > 0,
-      sessionDropped: (session, error) => this.sessionDropped(session, error),
-      safetyNetMs: this.safetyNetMs,
-    });
-  }
-
-  /** A write (the default) queues in this process's batch for the name; read and permit entries each put their own key. */
-  override acquire(request: AcquireRequest): Promise<LockGrant> {
-    return request.mode === undefined || request.mode === 'write' ? super.acquire(request) : this.entries.acquire(request);
-  }
-
-  override tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
-    return request.mode === undefined || request.mode === 'write' ? super.tryAcquire(request) : this.entries.tryAcquire(request);
-  }
-
-  override release(grant: LockGrant, validForMs?: number): Promise<void> {
-    return this.entries.holding && !this.heldFor(grant) ? this.entries.release(grant) : super.release(grant, validForMs);
   }
 
   /** A transport failure or a call unanswered too long (EtcdCalls), or no session yet. */
@@ -112,38 +93,81 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
     await this.calls.ping();
   }
 
-  /** One transaction: put our key only if no key exists under the name. `retryOnNewSession`: as for send(). */
+  /**
+   * A write puts its key only if no key exists under the name (one transaction); a read or permit
+   * puts its entry and keeps it only if the rule lets it go at once. `retryOnNewSession`: as for send().
+   */
   protected async tryTake(request: Omit<AcquireRequest, 'signal'>, retryOnNewSession = true): Promise<LockGrant | null> {
+    const invalid = badLimit(request);
+    if (invalid) throw invalid;
     const { key, owner } = request;
     const session = await this.sessions.session('take a lock');
     const batch = new EtcdBatch(key, owner);
     batch.keys = session.entryKeys(key);
     batch.session = session;
-    let response: ITxnResponse;
+    const write = (request.mode ?? 'write') === 'write';
+    let entryToken: bigint | null;
     try {
-      response = await this.txn(session, 'take a lock', tryTakeTxn(batch.keys, session.leaseId));
+      entryToken = write ? await this.takeFree(batch) : await this.takeIfItGoes(batch, request);
     } catch (error) {
-      this.deletes.deleteUnsure(batch.keys, session);
-      if (retryOnNewSession && this.sessionDropped(session, error)) return this.queues.has(key) ? null : this.tryTake(request, false);
+      // A write of a name this process queued for meanwhile is busy (LocalQueueBackend.tryAcquire).
+      if (retryOnNewSession && this.sessionDropped(session, error)) return write && this.queues.has(key) ? null : this.tryTake(request, false);
       throw error;
     }
-    if (!response.succeeded) {
-      batch.keys.slot?.free(BigInt(response.header.revision));
-      return null;
-    }
+    if (entryToken === null) return null;
     // Callers that queued meanwhile put their key after ours: they wait for this one.
-    this.queues.adopt(batch, BigInt(response.header.revision), { owner });
+    this.queues.adopt(batch, entryToken, request);
     return this.grant(batch, request);
+  }
+
+  /** A write's try: the key's create revision, or null when some key exists under the name. */
+  private async takeFree({ keys, session }: EtcdBatch): Promise<bigint | null> {
+    let response: ITxnResponse;
+    try {
+      response = await this.txn(session!, 'take a lock', tryTakeTxn(keys!, session!.leaseId));
+    } catch (error) {
+      this.deletes.deleteUnsure(keys!, session!);
+      throw error;
+    }
+    if (response.succeeded) return BigInt(response.header.revision);
+    keys!.slot?.free(BigInt(response.header.revision));
+    return null;
+  }
+
+  /** A read's or permit's try, judged as a waiter's entry is: one that would wait is deleted before the answer, null. */
+  private takeIfItGoes({ keys, session }: EtcdBatch, request: Omit<AcquireRequest, 'signal'>): Promise<bigint | null> {
+    return new Promise((resolve, reject) => {
+      let notFree = false;
+      const acquisition = new EtcdAcquisition(
+        this.acquisitions,
+        request.key,
+        session!,
+        keys!,
+        entryValue(request.mode!, request.limit, request.owner),
+        {
+          granted: resolve,
+          failed: (error) => (error === NOT_FREE ? (notFree = true) : reject(error as Error)),
+          cleanup: (revision) => {
+            if (revision === undefined) return this.deletes.deleteUnsure(keys!, session!);
+            const deleted = this.deletes.delete(keys!, revision, session!).catch(() => undefined);
+            if (notFree) void deleted.then(() => resolve(null));
+          },
+        },
+        true,
+      );
+      void acquisition.start();
+    });
   }
 
   /**
    * The session keepalive keeps the key itself alive; renewing checks that the key is still ours
    * (same create revision) and the session alive, so the service can extend its local deadline.
-   * Checks due in the same tick share one transaction (EtcdRenewals).
+   * Checks due in the same tick share one transaction (EtcdRenewals). It changes no lease at etcd,
+   * so renewing for one reader of a shared read entry never shortens what another relies on.
    */
   async renew(grant: LockGrant): Promise<boolean> {
     const held = this.heldFor(grant);
-    if (!held) return this.entries.renew(grant);
+    if (!held) return false;
     const { batch } = held;
     const session = batch.session!;
     if (!session.alive) return false;
@@ -173,7 +197,6 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
     const heldError = this.lifecycle.closedWhileHeld();
     for (const held of this.held.values()) held.lost?.abort(heldError);
     this.held.clear();
-    this.entries.close(waitError, heldError);
     this.deletes.stop();
     this.localFollowers.clear();
     // Revoking the session deletes every key it still has, at once.
@@ -197,12 +220,15 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
     const ownId = keys.own.toString('latin1');
     batch.keys = keys;
     batch.session = session;
+    const invalid = badLimit(batch);
+    if (invalid) return this.queues.end(batch, invalid);
+    const entry = entryValue(batch.mode, batch.limit, batch.peek()?.request.owner);
     const acquisition = new EtcdAcquisition(
-      this.client,
+      this.acquisitions,
+      batch.key,
       session,
       keys,
-      (request) => this.txn(session, 'queue for a lock', request),
-      this.localFollowers,
+      entry,
       {
         granted: (revision) => {
           this.forget(ownId, acquisition);
@@ -220,7 +246,6 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
         },
         cleanup: (revision) => (revision === undefined ? this.deletes.deleteUnsure(keys, session) : void this.deletes.delete(keys, revision, session).catch(() => undefined)),
       },
-      this.safetyNetMs,
     );
     batch.acquisition = acquisition;
     this.waiting.set(ownId, acquisition);
@@ -247,17 +272,17 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
     return batch.session!.alive;
   }
 
-  /** BatchEntries: the previous holder's lease ran out here: read that our key still holds. */
+  /** BatchEntries: the previous holder's lease ran out here: read that our key still exists and the rule still lets it go. */
   async confirm(batch: EtcdBatch): Promise<true | Error> {
     let response: ITxnResponse;
     try {
-      response = await this.txn(batch.session!, 'queue for a lock', recheckTxn(batch.keys!, batch.entryToken!));
+      response = await this.txn(batch.session!, 'queue for a lock', entryRecheckTxn(batch.mode, batch.keys!, batch.entryToken!));
     } catch (error) {
       void this.deletes.delete(batch.keys!, batch.entryToken, batch.session!).catch(() => undefined);
       return error as Error;
     }
     if (!response.succeeded) return this.keyGone('keep its place in the queue');
-    if (rangeKvs(response, 0).length === 0) return true;
+    if (decide(batch.mode, batch.limit ?? 0, rangeKvs(response, 0)).kind === 'grant') return true;
     // A put that committed late is no longer the lowest: its callers start again.
     void this.deletes.delete(batch.keys!, batch.entryToken, batch.session!).catch(() => undefined);
     return new LockBackendError('etcd', 'keep its place in the queue', new Error('another key now precedes the lock key'), this.address);
@@ -282,13 +307,20 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
 
   /**
    * A renewal found the batch's key deleted by someone else (an operator's forceRelease): a
-   * batch of this process following that key looks again, and the callers still waiting in the
-   * batch queue anew, at the back, as long as the holder told is the batch's current one.
+   * batch of this process following that key looks again; the other readers sharing the key lost
+   * it too (their lost signal fires), and the callers still waiting in the batch queue anew, at
+   * the back, as long as the holder told is one of the batch's current ones.
    */
   private keyDeleted(batch: EtcdBatch, grant: LockGrant): void {
     this.localFollowers.gone(batch.keys!.own, batch.entryToken, this.waiting.size > 0);
-    if (batch.holder === grant.owner) this.queues.requeue(batch);
-    else this.queues.end(batch, this.keyGone('renew a lock'));
+    const error = this.keyGone('renew a lock');
+    for (const [owner, held] of this.held) {
+      if (held.batch !== batch) continue;
+      this.held.delete(owner);
+      held.lost?.abort(error);
+    }
+    if (batch.holders.has(grant.owner)) this.queues.requeue(batch);
+    else this.queues.end(batch, error);
   }
 
   /** Every lock and wait on a lost session ends now; the next session is being opened. */
@@ -304,7 +336,6 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
       this.held.delete(owner);
       held.lost?.abort(error);
     }
-    this.entries.sessionLost(session, error);
     for (const batch of this.queues.batches()) {
       if (batch.session !== session) continue;
       if (batch.state === 'holding') this.queues.end(batch, error);
@@ -349,3 +380,10 @@ export function createEtcdBackend(options: EtcdBackendOptions, settings: Backend
   const usesTls = options.credentials !== undefined || [hosts].flat().some((host) => host.startsWith('https://'));
   return new EtcdLockBackend(createEtcdClient(options, hosts, attemptTimeoutMs), { ...config, address: etcdAddress(hosts), ownsClient: true, usesTls });
 }
+
+/** What a batch's key says at etcd: a write's nothing; a read's or permit's its mode, and the caller it was put for. */
+function entryValue(mode: EntryValue['mode'], limit: number | undefined, owner: string | undefined): EntryValue {
+  return mode === 'write' ? WRITE_ENTRY : { mode, limit, owner };
+}
+
+const WRITE_ENTRY: EntryValue = { mode: 'write' };

@@ -1,14 +1,14 @@
 import type { IKeyValue } from 'etcd3';
 import { createRevision } from './etcd-requests';
 
-/** A waiter of this process whose predecessor is a key of this process too. */
+/** A waiter of this process that waits on a key of this process too. */
 export interface LocalFollower {
-  /** The predecessor's key is gone: look again at the queue. */
+  /** A key it waits on is gone: look again at the queue. */
   predecessorGone(): void;
 }
 
 /**
- * When the key just before a waiter's belongs to the same session (this process), the waiter
+ * When a key a waiter waits on belongs to the same session (this process), the waiter
  * needs no watch: every deletion of that key is made (or learnt) here, and tells the waiter
  * directly. This saves a watch and a check per queued batch of a busy process.
  *
@@ -18,7 +18,8 @@ export interface LocalFollower {
  * a key deleted meanwhile is told to look again at once.
  */
 export class LocalFollowers {
-  private readonly followers = new Map<string, LocalFollower>();
+  /** Several waiters may follow one key: readers of different batches wait for the same write entry. */
+  private readonly followers = new Map<string, Set<LocalFollower>>();
   /**
    * Keys deleted recently, oldest first, with when and the create revision deleted (undefined: by
    * name, whatever it was). A session reuses its key names (EntrySlots), so a read may show a
@@ -35,27 +36,30 @@ export class LocalFollowers {
    */
   follow(predecessor: IKeyValue, follower: LocalFollower): boolean {
     const id = predecessor.key.toString('latin1');
-    this.followers.set(id, follower);
+    const followers = this.followers.get(id);
+    if (followers) followers.add(follower);
+    else this.followers.set(id, new Set([follower]));
     const deleted = this.deleted.get(id);
     return deleted === undefined || (deleted.revision !== undefined && deleted.revision !== createRevision(predecessor));
   }
 
   unfollow(key: Buffer, follower: LocalFollower): void {
     const id = key.toString('latin1');
-    if (this.followers.get(id) === follower) this.followers.delete(id);
+    const followers = this.followers.get(id);
+    if (followers?.delete(follower) && followers.size === 0) this.followers.delete(id);
   }
 
   /**
-   * The key is gone (deleted here, or found missing), the one created at `revision` when known: wake its follower. `mayBeFollowed`: some
+   * The key is gone (deleted here, or found missing), the one created at `revision` when known: wake its followers. `mayBeFollowed`: some
    * acquisition of this process is in flight and may yet read the key; with none, a later read
    * cannot see it, and there is nothing to remember.
    */
   gone(key: Buffer, revision: bigint | undefined, mayBeFollowed: boolean): void {
     const id = key.toString('latin1');
-    const follower = this.followers.get(id);
+    const followers = this.followers.get(id);
     this.followers.delete(id);
     if (mayBeFollowed) this.remember(id, revision);
-    follower?.predecessorGone();
+    if (followers) for (const follower of followers) follower.predecessorGone();
   }
 
   private remember(id: string, revision: bigint | undefined): void {

@@ -111,11 +111,12 @@ describe('etcd backend: read locks and semaphores', () => {
     await c.release(readGrant);
   });
 
-  it('readers of one process do not wait for each other, and permits of one process each take a place', async () => {
+  it('readers of one process share one entry and hold together, and permits of one process each take a place', async () => {
     const backend = await processClient();
     const [readKey, permitKey] = [newKey(), newKey()];
     const reads = await within(Promise.all([1, 2, 3, 4, 5].map((i) => backend.acquire(ask(readKey, `r${i}`, 'read')))), 5_000, 'five readers');
-    assert.equal((await backend.inspect!(readKey)).holders?.length, 5);
+    assert.deepEqual(await backend.inspect!(readKey).then((seen) => [seen.holders?.length, seen.waiting]), [1, 0], 'the readers did not share one entry');
+    assert.equal(new Set(reads.map((grant) => grant.fencingToken)).size, 5, 'two readers got the same token');
     const permits = [1, 2, 3, 4, 5].map((i) => backend.acquire(ask(permitKey, `p${i}`, 'permit', 4)));
     const granted: LockGrant[] = [];
     for (const permit of permits) void permit.then((grant) => granted.push(grant));
@@ -176,6 +177,34 @@ describe('etcd backend: read locks and semaphores', () => {
     await holders.release(p2);
     await within(waiters[1], 2_000, 'the second waiter after the next release');
     assert.deepEqual(granted, ['w0', 'w1']);
+  });
+
+  it('a waiting permit goes when any holder ahead releases, the newest included, well before the safety net', async () => {
+    const [holders, waiter] = await Promise.all([processClient(), processClient()]);
+    const key = newKey();
+    const p1 = await holders.acquire(ask(key, 'p1', 'permit', 2));
+    const p2 = await holders.acquire(ask(key, 'p2', 'permit', 2));
+    const waiting = waiter.acquire(ask(key, 'w', 'permit', 2));
+    await eventually(async () => (await holders.inspect!(key)).waiting === 1, 5_000, 'the permit queued');
+    await holders.release(p2);
+    // The safety net of a 30 s session rereads after 5 s: a waiter that watched only the oldest holder would wait for it.
+    const grant = await within(waiting, 2_000, 'the permit after the newer holder released');
+    await waiter.release(grant);
+    await holders.release(p1);
+  });
+
+  it("a renewal that finds a shared read key gone ends every reader of it: the others' lost signal fires", async () => {
+    const backend = await processClient();
+    const key = newKey();
+    const [r1, r2] = await within(Promise.all(['shared-1', 'shared-2'].map((owner) => backend.acquire(ask(key, owner, 'read')))), 5_000, 'two readers');
+    assert.equal((await backend.inspect!(key)).holders?.length, 1, 'the readers did not share one entry');
+    assert.equal(await backend.forceRelease!(key), true);
+    assert.equal(await backend.renew(r1, 30_000), false);
+    await abortedWithin(r2.lost, 1_000);
+    assert.equal(await backend.renew(r2, 30_000), false);
+    await backend.release(r1);
+    await backend.release(r2);
+    assert.deepEqual(await backend.inspect!(key), { held: false, waiting: 0 });
   });
 
   it("gives a holder's permit back within the session ttl plus 1.5 s when its process is cut off from etcd", async () => {
