@@ -181,10 +181,16 @@ export class RedisConnections {
     return this.client.status === 'ready' && this.subscriber.status === 'ready' ? undefined : error;
   }
 
-  /** A call that cannot be sent now: the server refuses connections (see refused()). */
-  private refusedCall(operation: string): LockServerUnreachableError | undefined {
+  /**
+   * A call that cannot be sent now (the server refuses connections, see refused()): its failure,
+   * told on the next turn of the event loop, so that a caller retrying in a loop still lets the
+   * reconnection that ends the refusal run.
+   */
+  private refusedCall(operation: string): Promise<never> | undefined {
     const refused = this.refused();
-    return refused && new LockServerUnreachableError('redis', operation, this.address, 0, refused);
+    if (!refused) return undefined;
+    const error = new LockServerUnreachableError('redis', operation, this.address, 0, refused);
+    return new Promise<never>((_, reject) => setImmediate(() => reject(error)));
   }
 
   /**
@@ -201,7 +207,7 @@ export class RedisConnections {
   runCall<Reply>(call: ScriptCall<Reply>, verb: string, key?: string): Promise<Reply> {
     const operation = key === undefined ? verb : `${verb} "${key}"`;
     const refused = this.lastError && this.refusedCall(operation);
-    if (refused) return Promise.reject(refused);
+    if (refused) return refused;
     if (!this.ownCommands) return this.send(call.script.run(this.client, call.keys, call.args), verb, key);
     return call.script.runWith(this.client, call, (sent, whole, fallBack, onSuccess) => this.sendOwn(sent, whole, fallBack, operation, onSuccess)) as Promise<Reply>;
   }
@@ -212,8 +218,7 @@ export class RedisConnections {
    */
   runCallTo<Reply>(call: ScriptCall<Reply>, verb: string, key: string, answered: Answered<Reply>, tag = 0): void {
     const refused = this.lastError && this.refusedCall(`${verb} "${key}"`);
-    // Answered as a reply would be: never within the caller's own call.
-    if (refused) return queueMicrotask(() => answered(refused, undefined, tag));
+    if (refused) return void refused.catch((error: Error) => answered(error, undefined, tag));
     if (!this.ownCommands) {
       this.send(call.script.run(this.client, call.keys, call.args), verb, key).then(
         (reply) => answered(undefined, reply, tag),
@@ -228,7 +233,7 @@ export class RedisConnections {
   /** PING on the command connection, bounded like every command. */
   ping(): Promise<unknown> {
     const refused = this.refusedCall('answer a PING');
-    if (refused) return Promise.reject(refused);
+    if (refused) return refused;
     if (!this.ownCommands) return this.send(this.client.ping(), 'answer a PING');
     const { Command, options, timeouts } = this.ownCommands;
     const command = new Command('ping', [], options);
@@ -357,7 +362,7 @@ export class RedisConnections {
   whenSubscribed(operation: string, signal?: AbortSignal): Promise<void> {
     if (this.subscribed) return Promise.resolve();
     const refused = this.refusedCall(operation);
-    if (refused) return Promise.reject(refused);
+    if (refused) return refused;
     return this.subscribedWaits.wait(operation, this.serverTimeoutMs, signal);
   }
 

@@ -121,7 +121,8 @@ export function startupCases(context: FailureContext): void {
         assertUnreachableWhileReconnecting(outcome, context.target().direct, 'an acquire while the client reconnects');
       }
       const ms = performance.now() - started;
-      t.diagnostic(`calls that failed first: ${failures.length ? failures.join(' | ') : 'none'}`);
+      // A server that refuses connections fails calls at once, so a loop makes many: the first and last say enough.
+      t.diagnostic(`${failures.length} calls failed first${failures.length ? `; the first: ${failures[0]}; the last: ${failures.at(-1)}` : ''}`);
       withinBound(t, 'a call succeeded after the server started', ms, RECOVERY_BOUND_MS);
       assert.ok(succeeded, 'no call succeeded after the server started');
     });
