@@ -116,8 +116,8 @@ export class QueuePlaces {
         // Sequence numbers only grow, so nothing can have joined ahead of us: when our one
         // blocker was the head of the queue (the head of the list we saw, or a write node of
         // this process that held), its deletion leaves nothing that blocks us, no list needed,
-        // as long as our own node is still there. Its watch would have told us first, unless
-        // the connection dropped meanwhile (events replayed on reconnection come in no order): then list.
+        // as long as our own node is still there. Its watch would have told us first, unless the
+        // connection dropped meanwhile (events replayed on reconnection come in no order): then list.
         let knownHead = false;
         for (const path of paths) knownHead = this.heads.delete(path) || knownHead;
         const wasHead = blockers.length === 1 && (knownHead || blockers[0] === queue[0]);
@@ -136,8 +136,8 @@ export class QueuePlaces {
   /**
    * Our node holds by its mode's rule. The news may reach us late (this process was paused with
    * the event unread): a session not heard from for half its timeout is first asked,
-   * owner-checked, so a place whose session or node is gone is never taken. Either way the session was alive at the
-   * server after `lastContact`, which is what a grant's lease counts from.
+   * owner-checked, so a place whose session or node is gone is never taken. Either way the
+   * session was alive at the server after `lastContact`, which is what a grant's lease counts from.
    */
   private async headed(session: ZooKeeperSession, node: LockNode, watching: OwnNodeWatch | undefined, stop: AbortSignal): Promise<QueuePlace> {
     if (!session.alive || performance.now() - session.lastContact > session.timeoutMs / 2) {

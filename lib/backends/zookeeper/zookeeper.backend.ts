@@ -156,8 +156,8 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
   }
 
   /**
-   * BatchEntries: queues the batch's node and waits until it holds by its mode's rule. Ends with its
-   * callers (withdraw), or once the server has been unreachable for serverTimeoutMs since the
+   * BatchEntries: queues the batch's node and waits until it holds by its mode's rule. Ends with
+   * its callers (withdraw), or once the server has been unreachable for serverTimeoutMs since the
    * batch's first caller came; a node placed after that is deleted behind it.
    */
   send(batch: ZooKeeperBatch): void {
