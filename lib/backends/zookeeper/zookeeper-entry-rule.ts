@@ -1,4 +1,6 @@
+import { LockConfigError } from '../../errors';
 import { mayGo } from '../entry-rule';
+import type { AcquireRequest } from '../lock-backend.interface';
 import type { QueueEntry } from './zookeeper-paths';
 
 /**
@@ -34,4 +36,20 @@ export function holdersOf(queue: readonly QueueEntry[]): QueueEntry[] {
 export function otherLimitAhead(queue: readonly QueueEntry[], at: number, limit: number): QueueEntry | undefined {
   for (let ahead = 0; ahead < at; ahead++) if (queue[ahead].mode === 'permit' && queue[ahead].limit !== limit) return queue[ahead];
   return undefined;
+}
+
+/** Permits of one name must agree on the semaphore's limit. */
+export function limitMismatch(key: string, limit: number, otherLimit: number): LockConfigError {
+  return new LockConfigError(
+    'limit',
+    `the semaphore ${JSON.stringify(key)} is held or queued for with limit ${otherLimit}, and this permit asks for limit ${limit}; every permit of a key must give the same limit.`,
+  );
+}
+
+/** A permit needs its semaphore's limit, a positive integer: refused before any I/O. */
+export function invalidLimit(request: Pick<AcquireRequest, 'key' | 'mode' | 'limit'>): LockConfigError | undefined {
+  if (request.mode !== 'permit') return undefined;
+  const { limit } = request;
+  if (typeof limit === 'number' && Number.isSafeInteger(limit) && limit >= 1) return undefined;
+  return new LockConfigError('limit', `a permit of ${JSON.stringify(request.key)} needs the semaphore's limit, a positive integer; got ${String(limit)}.`);
 }

@@ -28,10 +28,10 @@ interface QueueHolders {
  * Operators' view of a lock name in ZooKeeper, read from the server alone: the entries under
  * the name's parent that meet their mode's rule hold (holdersOf: the lowest write node, the
  * read nodes with no write node ahead, the first `limit` permits), every other one waits (one
- * per queued batch of writers of a process: the server cannot see how many callers a batch
- * holds; one per reader or permit). A holder's owner is `<session id, hex>/<entry id>` (its
- * ephemeral owner and its data: a write batch's id, a reader's or permit's owner); its token
- * the one its entry's first turn got, `czxid << 16` (later turns of a write batch are never written).
+ * per queued batch of writers or readers of a process: the server cannot see how many callers a
+ * batch holds; one per permit). A holder's owner is `<session id, hex>/<entry id>` (its ephemeral
+ * owner and its data: a write batch's id, the owner of a read batch's first caller or of a
+ * permit); its token the one its entry's first turn got, `czxid << 16` (later turns are never written).
  */
 export class ZooKeeperInspector {
   constructor(

@@ -1,21 +1,23 @@
-import { PendingWait } from '../../queue/pending-wait';
-import { NODE_DELETED, ZkCode, zkCode } from './zookeeper-client';
+import type { EntryMode } from '../lock-backend.interface';
 import type { ZooKeeperBatch, QueuePlace } from './zookeeper-batch';
+import { blockersOf, limitMismatch, otherLimitAhead } from './zookeeper-entry-rule';
 import type { LockNode, LockNodes } from './zookeeper-lock-nodes';
 import { OwnNodeWatch } from './zookeeper-own-node';
 import type { LockParents } from './zookeeper-parents';
-import { sortedLockNodes } from './zookeeper-paths';
+import { sortedEntries } from './zookeeper-paths';
 import type { ZooKeeperSession } from './zookeeper-session';
 import type { ZooKeeperSessions } from './zookeeper-sessions';
-import { AttemptAgain, isRetryable, pause, repeatOnConnectionLoss } from './zookeeper-wait';
+import { AttemptAgain, blockerDeleted, isRetryable, pause, repeatOnConnectionLoss } from './zookeeper-wait';
 
 /** Pause before queueing again after a session died, so a dead ensemble is not hammered. */
 const RETRY_PAUSE_MS = 100;
 
 /**
  * A batch's place in the queue of its lock name, as Curator's LockInternals takes one for a
- * caller: an ephemeral sequential node under the name's parent, holding once it is the lowest;
- * until then it watches only the node just before its own (and its own node).
+ * caller: an ephemeral sequential node under the name's parent whose name marks the batch's
+ * mode, holding once the entries ahead of it meet its mode's rule (blockersOf: for a write, none
+ * ahead). Until then it watches only the entries whose deletion may grant it (a write's
+ * predecessor, a read's nearest write ahead, a permit's `limit` entries just ahead), and its own node.
  */
 export class QueuePlaces {
   /**
@@ -50,14 +52,17 @@ export class QueuePlaces {
     }
   }
 
-  /** One go, never waiting: the place at the head, or undefined (the node is deleted again). */
+  /** One go, never waiting: the place if it holds at once, or undefined (the node is deleted again). */
   tryTake(batch: ZooKeeperBatch, stop: AbortSignal): Promise<QueuePlace | undefined> {
     return this.once(batch, stop, false, () => undefined);
   }
 
-  /** The place holds the lock: a waiter of ours behind it may hold on its deletion alone. */
-  holding(place: QueuePlace): void {
-    this.heads.add(place.node.path);
+  /**
+   * The place holds the lock: a waiter of ours behind a write place may hold on its deletion
+   * alone, since a write holds only at the head. A read or permit may hold with entries ahead.
+   */
+  holding(place: QueuePlace, mode: EntryMode): void {
+    if (mode === 'write') this.heads.add(place.node.path);
   }
 
   /** The place is let go (its node deleted, or gone with its session): stop watching it. */
@@ -83,32 +88,39 @@ export class QueuePlaces {
     let node: LockNode | undefined;
     let own: OwnNodeWatch | undefined;
     try {
-      const created = await this.nodes.create(session, parent, batch.id);
+      const created = await this.nodes.create(session, parent, entryId(batch), batch.mode, batch.limit);
       node = created.node;
       batch.session = session;
       queued();
       let children = created.children ?? (await repeatOnConnectionLoss(() => session.getChildren(parent)));
       for (;;) {
-        const queue = sortedLockNodes(children);
-        const at = queue.indexOf(node.name);
+        const queue = sortedEntries(children);
+        const at = queue.findIndex((entry) => entry.name === node!.name);
         if (at === -1) throw new AttemptAgain(`Lock node ${node.path} vanished while waiting.`);
-        if (at === 0) return await this.headed(session, node, own, stop);
+        if (batch.mode === 'permit') {
+          const other = otherLimitAhead(queue, at, batch.limit!);
+          if (other) throw limitMismatch(batch.key, batch.limit!, other.limit!);
+        }
+        const blockers = blockersOf(queue, at);
+        if (blockers.length === 0) return await this.headed(session, node, own, stop);
         if (!wait) {
           await this.nodes.delete(session, node.path);
           node = undefined;
           return undefined;
         }
-        // Sent before the predecessor's watch, in the same pipeline: see OwnNodeWatch.
+        // Sent before the blockers' watches, in the same pipeline: see OwnNodeWatch.
         own ??= new OwnNodeWatch(session, node.path);
         const disconnections = session.disconnections;
-        const predecessor = `${parent}/${queue[at - 1]}`;
-        const deleted = await this.predecessorDeleted(session, predecessor, own, stop);
-        // Sequence numbers only grow, so nothing can have joined ahead of us: when the node we
-        // watched was the head of the queue (the head of the list we saw, or a node of this
-        // process that held), its deletion makes us the head, no list needed, as long as our
-        // own node is still there. Its watch would have told us first, unless the connection
-        // dropped meanwhile (events replayed on reconnection come in no order): then list.
-        const wasHead = this.heads.delete(predecessor) || at === 1;
+        const paths = blockers.map((entry) => `${parent}/${entry.name}`);
+        const deleted = await blockerDeleted(session, paths, own, stop);
+        // Sequence numbers only grow, so nothing can have joined ahead of us: when our one
+        // blocker was the head of the queue (the head of the list we saw, or a write node of
+        // this process that held), its deletion leaves nothing that blocks us, no list needed,
+        // as long as our own node is still there. Its watch would have told us first, unless the
+        // connection dropped meanwhile (events replayed on reconnection come in no order): then list.
+        let knownHead = false;
+        for (const path of paths) knownHead = this.heads.delete(path) || knownHead;
+        const wasHead = blockers.length === 1 && (knownHead || blockers[0] === queue[0]);
         if (deleted && wasHead && session.disconnections === disconnections && (await own.stillThere())) {
           return await this.headed(session, node, own, stop);
         }
@@ -122,12 +134,12 @@ export class QueuePlaces {
   }
 
   /**
-   * Our node holds (the lowest, or by its mode's rule: ModePlaces). The news may reach us late (this process was paused with the event
-   * unread): a session not heard from for half its timeout is first asked, owner-checked, so a
-   * place whose session or node is gone is never taken. Either way the session was alive at the
-   * server after `lastContact`, which is what a grant's lease counts from.
+   * Our node holds by its mode's rule. The news may reach us late (this process was paused with
+   * the event unread): a session not heard from for half its timeout is first asked,
+   * owner-checked, so a place whose session or node is gone is never taken. Either way the
+   * session was alive at the server after `lastContact`, which is what a grant's lease counts from.
    */
-  async headed(session: ZooKeeperSession, node: LockNode, watching: OwnNodeWatch | undefined, stop: AbortSignal): Promise<QueuePlace> {
+  private async headed(session: ZooKeeperSession, node: LockNode, watching: OwnNodeWatch | undefined, stop: AbortSignal): Promise<QueuePlace> {
     if (!session.alive || performance.now() - session.lastContact > session.timeoutMs / 2) {
       const stat = await session.exists(node.path);
       if (!stat || !session.owns(stat)) throw new AttemptAgain(`Lock node ${node.path} was gone when its grant arrived.`);
@@ -136,28 +148,13 @@ export class QueuePlaces {
     // Granted at once: watch our node from now on (not awaited; a node already gone is told by the reply).
     return { session, node, own: watching ?? new OwnNodeWatch(session, node.path) };
   }
+}
 
-  /**
-   * Resolves true when the predecessor is deleted, false on any other change worth a fresh look
-   * (another watch event, or a lost connection). Rejects with AttemptAgain when our own node is
-   * deleted first, with the signal's reason when `stop` aborts, or when the session dies.
-   */
-  private predecessorDeleted(session: ZooKeeperSession, path: string, own: OwnNodeWatch, stop: AbortSignal): Promise<boolean> {
-    const wait = new PendingWait<boolean>();
-    const stopHearingDeath = session.onDeath((reason) => wait.reject(reason));
-    const stopHearingGone = own.onGone((reason) => wait.reject(new AttemptAgain(reason.message)));
-    const watch = session.watch(path, (event) => wait.resolve(event.getType() === NODE_DELETED));
-    watch.set.then(
-      (exists) => exists || wait.resolve(true),
-      (error: unknown) => (zkCode(error) === ZkCode.CONNECTION_LOSS ? wait.resolve(false) : wait.reject(error)),
-    );
-    wait.listen(stop);
-    const cleanup = () => {
-      stopHearingDeath();
-      stopHearingGone();
-      watch.cancel();
-    };
-    wait.promise.then(cleanup, cleanup);
-    return wait.promise;
-  }
+/**
+ * The node's data, for operators (inspect): a write batch's id, as its callers take turns under
+ * it; for a read or permit node, the owner of its first caller (a permit's only one), whom an
+ * operator can recognise.
+ */
+function entryId(batch: ZooKeeperBatch): string {
+  return batch.mode === 'write' ? batch.id : (batch.peek()?.request.owner ?? batch.id);
 }

@@ -3,9 +3,9 @@ import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../
 import { LocalQueueBackend, type ServedGrant } from '../../queue/local-queue-backend';
 import type { ZkModule, ZkStat } from './zookeeper-client';
 import { ZooKeeperBatch, type QueuePlace } from './zookeeper-batch';
+import { invalidLimit } from './zookeeper-entry-rule';
 import { ZooKeeperInspector } from './zookeeper-inspect';
 import { LockNodes } from './zookeeper-lock-nodes';
-import { ModeEntries } from './zookeeper-mode-entries';
 import { LockParents, PARENT_IDLE_MS } from './zookeeper-parents';
 import { lockNodeName } from './zookeeper-paths';
 import { QueuePlaces } from './zookeeper-queue-places';
@@ -15,11 +15,12 @@ import { ZooKeeperSessions } from './zookeeper-sessions';
 
 /**
  * A fair lock on ephemeral sequential nodes, as Curator's InterProcessMutex: a node
- * `<rootPath>/<encoded name>/_c_<attempt uuid>-lock-<sequence>` per queued batch of this
- * process's callers (LocalQueues), the lowest sequence holds, each batch watches only the node
- * just before its own, and its own node. The callers of a batch take turns while its node holds,
- * with no round trip between them; the fencing token is `(czxid << 16) + turn`. One session per
- * backend, opened in the background at creation; a node lives as long as its session.
+ * `<rootPath>/<encoded name>/_c_<attempt uuid>-<mode>-<sequence>` per queued batch of this
+ * process's callers (LocalQueues), holding by its mode's rule (a write when lowest), each batch
+ * watching only the nodes whose deletion may grant it, and its own node. The callers of a write
+ * batch take turns while its node holds, with no round trip between them, a read batch's all hold
+ * at once; the fencing token is `(czxid << 16) + turn`. One session per backend, opened in the
+ * background at creation; a node lives as long as its session.
  */
 export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> implements LockBackend {
   readonly name = 'zookeeper';
@@ -32,8 +33,6 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
   private readonly places: QueuePlaces;
   private readonly inspector: ZooKeeperInspector;
   private readonly renewals: ZooKeeperRenewals;
-  /** Read and permit entries, one node per caller, outside the write batches (ModeEntries). */
-  private readonly entries: ModeEntries;
   /** One per tryAcquire in progress: aborted when the call ends early (its bound, close), so its work cleans up behind it. */
   private readonly tries = new Set<AbortController>();
 
@@ -49,37 +48,23 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
     this.places = new QueuePlaces(this.sessions, this.nodes, this.parents);
     this.inspector = new ZooKeeperInspector(this.sessions, options.rootPath);
     this.renewals = new ZooKeeperRenewals(this.sessions, options.rootPath);
-    this.entries = new ModeEntries(
-      this.sessions,
-      this.nodes,
-      this.parents,
-      this.places,
-      this.renewals,
-      (key) => `${options.rootPath}/${lockNodeName(key)}`,
-      (key) => this.queues.has(key),
-    );
   }
 
-  /** A write joins this process's batches (LocalQueues); a read or permit takes a node of its own (ModeEntries). */
+  /** Every mode joins this process's batches (LocalQueues); a permit without a valid limit is refused first. */
   override acquire(request: AcquireRequest): Promise<LockGrant> {
-    if (request.mode === undefined || request.mode === 'write') return super.acquire(request);
-    try {
-      this.lifecycle.assertOpen();
-    } catch (error) {
-      return Promise.reject(error);
+    if (request.mode === 'permit') {
+      const invalid = invalidLimit(request);
+      if (invalid) return Promise.reject(invalid);
     }
-    return this.entries.acquire(request);
+    return super.acquire(request);
   }
 
   override async tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
-    if (request.mode === undefined || request.mode === 'write') return super.tryAcquire(request);
-    this.lifecycle.assertOpen();
-    return this.entries.tryAcquire(request);
-  }
-
-  /** Owner-checked and idempotent, whatever the grant's mode. */
-  override release(grant: LockGrant, validForMs?: number): Promise<void> {
-    return this.entries.has(grant) ? this.entries.release(grant) : super.release(grant, validForMs);
+    if (request.mode === 'permit') {
+      const invalid = invalidLimit(request);
+      if (invalid) throw invalid;
+    }
+    return super.tryAcquire(request);
   }
 
   get address(): string {
@@ -100,7 +85,7 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
     await this.sessions.bounded(session.exists(this.options.rootPath), 'answer a ping');
   }
 
-  /** A node of its own, deleted again unless it is the lowest (takeIfLowest), bounded as every call is. */
+  /** A node of its own, deleted again unless it holds at once (takeIfLowest), bounded as every call is. */
   protected async tryTake(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
     const ended = new AbortController();
     this.tries.add(ended);
@@ -121,11 +106,13 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
 
   /**
    * The node still exists on its live session: the lock is ours as long as the session lives.
-   * Renewals due in one tick share one read, and no write (ZooKeeperRenewals).
+   * Renewals due in one tick share one read, and no write (ZooKeeperRenewals). The lease is the
+   * session's, shared by every holder of a read node, and a renewal only checks it: renewing for
+   * one reader can never shorten another's.
    */
   async renew(grant: LockGrant): Promise<boolean> {
     const held = this.heldFor(grant);
-    if (!held) return this.entries.renew(grant);
+    if (!held) return false;
     const place = held.batch.place;
     if (!place || !place.session.alive) return false;
     try {
@@ -157,7 +144,6 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
     if (!this.lifecycle.beginClose()) return;
     const waitError = this.lifecycle.closedWhileWaiting();
     for (const call of this.tries) call.abort(waitError);
-    this.entries.close(waitError, this.lifecycle.closedWhileHeld());
     for (const batch of this.queues.batches()) batch.unwatch?.();
     this.queues.closeAll(waitError);
     const heldError = this.lifecycle.closedWhileHeld();
@@ -170,15 +156,20 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
   }
 
   /**
-   * BatchEntries: queues the batch's node and waits until it heads the queue. Ends with its
-   * callers (withdraw), or once the server has been unreachable for serverTimeoutMs since the
+   * BatchEntries: queues the batch's node and waits until it holds by its mode's rule. Ends with
+   * its callers (withdraw), or once the server has been unreachable for serverTimeoutMs since the
    * batch's first caller came; a node placed after that is deleted behind it.
    */
   send(batch: ZooKeeperBatch): void {
     const withdrawn = new AbortController();
     batch.withdrawn = withdrawn;
     const stop = withdrawn.signal;
-    const placed = this.places.take(batch, stop, () => this.queues.sent(batch, true));
+    const queued = () => this.queues.sent(batch, true);
+    // A permit batch is a single caller: the process's next permits need not wait a round trip
+    // each for this create. The session's creates are answered in order, so the nodes still
+    // queue in the order their callers came (next tick: no recursion through the name's queue).
+    if (batch.mode === 'permit') process.nextTick(queued);
+    const placed = this.places.take(batch, stop, queued);
     this.sessions.bounded(placed, 'acquire', stop, batch.createdAt).then(
       (place) => this.startHolding(batch, place, stop),
       (error: unknown) => {
@@ -208,7 +199,7 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
 
   /**
    * BatchEntries: a holder let go without knowing its lease valid: our node still exists, on our
-   * session (then it is still the lowest: nothing joins ahead of a node). A node found gone is
+   * session (then it still holds: nothing joins ahead of a node). A node found gone is
    * queued again (entryLost), as is one whose session died meanwhile.
    */
   async confirm(batch: ZooKeeperBatch): Promise<true | Error> {
@@ -254,6 +245,8 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
 
   private async takeIfLowest(request: Omit<AcquireRequest, 'signal'>, stop: AbortSignal): Promise<LockGrant | null> {
     const batch = this.newBatch(request.key, request.owner);
+    batch.mode = request.mode ?? 'write';
+    batch.limit = request.limit;
     const place = await this.places.tryTake(batch, stop).catch((error: unknown) => {
       this.parentIdle(batch, batch.session);
       throw error;
@@ -272,7 +265,7 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
     return this.grant(batch, request);
   }
 
-  /** The batch's node heads the queue: its first caller gets the lock (LocalQueues.holds). */
+  /** The batch's node holds: its callers are served (LocalQueues.holds). */
   private startHolding(batch: ZooKeeperBatch, place: QueuePlace, stop: AbortSignal): void {
     if (stop.aborted) {
       this.places.drop(place);
@@ -294,7 +287,7 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
       return false;
     }
     batch.place = place;
-    this.places.holding(place);
+    this.places.holding(place, batch.mode);
     const stopHearingDeath = place.session.onDeath((reason) => this.entryLost(batch, reason));
     const stopHearingGone = place.own.onGone((reason) => this.entryLost(batch, reason));
     batch.unwatch = () => {
@@ -313,15 +306,17 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
 
   /**
    * The holding batch's node is gone (session expired or silent for as long as it could be, or
-   * deleted by someone else): its holder is told now, and the callers still waiting queue again.
+   * deleted by someone else): its holders (several under a read node) are told now, and the
+   * callers still waiting queue again.
    */
   private entryLost(batch: ZooKeeperBatch, reason: Error): void {
     const place = batch.place;
     if (batch.state !== 'holding' || !place) return;
     this.stopHolding(batch);
-    const holder = batch.holder === undefined ? undefined : this.held.get(batch.holder);
-    if (holder?.batch === batch) {
-      this.held.delete(holder.grant.owner);
+    for (const owner of batch.holders) {
+      const holder = this.held.get(owner);
+      if (holder?.batch !== batch) continue;
+      this.held.delete(owner);
       holder.lost?.abort(reason);
     }
     this.queues.requeue(batch);
@@ -335,7 +330,7 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
    * timeout from now.
    */
   private parentIdle(batch: ZooKeeperBatch, session: ZooKeeperSession | undefined): void {
-    if (this.queues.has(batch.key) || this.entries.uses(batch.key)) return;
+    if (this.queues.has(batch.key)) return;
     this.parents.idle(batch.parent, session && !session.alive ? Math.max(PARENT_IDLE_MS, session.timeoutMs) : PARENT_IDLE_MS);
   }
 

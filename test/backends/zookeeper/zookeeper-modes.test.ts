@@ -127,6 +127,34 @@ describe('ZooKeeper backend: read and permit entries', () => {
     assert.deepEqual(await nodesOf(key), [], 'a node was left behind');
   });
 
+  it('readers of one process share one node and are served together; a writer waits for the last of them; its loss tells every one', async () => {
+    const [a, b] = await clients(2);
+    const key = newKey('shared-read');
+    const readers = await Promise.all([1, 2, 3].map(() => take(a, key, 'read')));
+    assert.equal((await nodesOf(key)).length, 1, 'the readers of one process took more than one node');
+    assert.equal(new Set(readers.map((reader) => reader.fencingToken)).size, 3, 'two readers share a token');
+    let writerGranted = false;
+    const writing = take(b, key, 'write').then((grant) => ((writerGranted = true), grant));
+    await eventually(async () => (await a.inspect!(key)).waiting === 1, 5_000, 'the writer queued');
+    await a.release(readers[0]);
+    await a.release(readers[1]);
+    await sleep(200);
+    assert.equal(writerGranted, false, 'the writer was granted while a reader of the shared node still held');
+    assert.equal(await a.renew(readers[2], SESSION_TIMEOUT_MS), true, "the other readers' release ended the last one");
+    await a.release(readers[2]);
+    const writer = await writing;
+    for (const reader of readers) assert.ok(reader.fencingToken < writer.fencingToken, 'a reader token above the writer after it');
+    await b.release(writer);
+
+    const shared = await Promise.all([1, 2].map(() => take(a, key, 'read')));
+    assert.equal((await nodesOf(key)).length, 1);
+    assert.equal(await b.forceRelease!(key), true);
+    await Promise.all(shared.map((reader) => abortedWithin(reader.lost, 1_000)));
+    assert.equal(await a.renew(shared[1], SESSION_TIMEOUT_MS), false, 'a reader of a deleted node renewed');
+    await Promise.all(shared.map((reader) => a.release(reader)));
+    assert.deepEqual(await nodesOf(key), [], 'a node was left behind');
+  });
+
   it('a reader that arrives behind a queued writer is granted only after that writer', async () => {
     const key = newKey('fifo');
     const [a, b, c] = await clients(3);
