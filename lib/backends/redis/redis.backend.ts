@@ -27,8 +27,9 @@ const logger = new Logger('DistributedLock');
 /**
  * Redis (single node, Sentinel or Cluster): a FIFO queue per lock name with direct handoff.
  * A process's callers of one name queue behind one entry per batch (LocalQueues) and take turns
- * while it holds; the release script makes the next entry the owner and publishes the grant on
- * that entry's process channel, so an entry owns the lock when the message arrives. See docs/redis.md.
+ * while it holds (readers all at once); the release script makes the next entry the owner and
+ * publishes the grant on that entry's process channel, so an entry owns the lock when the message
+ * arrives. Read and permit entries run the scripts of redis-mode-scripts.ts. See docs/redis.md.
  */
 export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements LockBackend {
   readonly name = 'redis';
