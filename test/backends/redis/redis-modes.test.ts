@@ -294,6 +294,8 @@ describe('redis read-write locks and semaphores', () => {
       assert.match(error.message, /"limits".*limit 3.*limit 2/);
       return true;
     });
+    // The same process: a permit of another limit never shares a batch with it, and is refused alike.
+    await assert.rejects(acquire(a, 'limits', 'permit', { limit: 4 }), (error: unknown) => error instanceof LockConfigError && /"limits".*limit 4.*limit 2/.test(error.message));
     await a.release(held);
 
     const writer = await acquire(a, 'limits', 'write');
