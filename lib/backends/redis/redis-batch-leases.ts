@@ -27,13 +27,13 @@ export function isLate(requestedAt: number, ttlMs: number): boolean {
 export interface BatchLeaseServer {
   /** Owner-checked renewal of the batch's entry: 1 renewed, 0 no longer ours. */
   renew(batch: RedisBatch, ttlMs: number): Promise<0 | 1>;
-  /** The ttl of whoever holds under the batch now, if anyone does. */
+  /** The ttl the entry's lease must have for whoever holds under it now, if anyone does. */
   holderTtl(batch: RedisBatch): number | undefined;
 }
 
 /**
  * The lease of each caller served under a batch's entry. The entry's lease at Redis is that of
- * whoever in the batch holds now: a caller served at once after the entry's grant (or a
+ * whoever in the batch holds now (under a read entry, the longest of its readers'): a caller served at once after the entry's grant (or a
  * confirmation) with the ttl Redis has counts from then; any other caller runs under the lease
  * the entry already has (`LockGrant.provisional`) until Redis has renewed the entry to its ttl,
  * with one renewal per run of hand-overs (RECORD_DELAY_MS).
@@ -44,7 +44,8 @@ export class BatchLeases {
   /** The next grant under `batch`, for a caller with `ttlMs`: `grant` with its lease's times. */
   next(batch: RedisBatch, ttlMs: number, handedOverForMs: number | undefined, grant: Omit<LockGrant, 'requestedAt' | 'provisional'>): LockGrant {
     const lease = batch.lease;
-    batch.lease = undefined;
+    // A read entry serves every reader waiting at its grant at once: each counts from that grant.
+    if (batch.mode !== 'read') batch.lease = undefined;
     // Spelled out rather than spread: every lock cycle passes here.
     const { key, owner, fencingToken, lost } = grant;
     if (handedOverForMs === undefined && lease?.ttlMs === ttlMs) return { key, owner, fencingToken, lost, requestedAt: lease.from };

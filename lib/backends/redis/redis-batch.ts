@@ -1,4 +1,5 @@
 import { Batch } from '../../queue/batch';
+import { scriptMode } from './redis-mode-scripts';
 
 /** A `performance.now()` time the server's lease of an entry counts from, and its length. */
 export interface EntryLease {
@@ -7,10 +8,11 @@ export interface EntryLease {
 }
 
 /**
- * A batch of this process's callers (see Batch) behind one entry in a Redis lock queue. The
- * entry's owner id is this process's client id with the batch id (or, for a try, the caller's
- * own owner id); its token is the fence the entry took when it queued, so the n-th caller served
- * under it has the token `(fence << 16) + n`.
+ * A batch of this process's callers (see Batch) behind one entry in a Redis lock queue: a write
+ * entry runs the scripts of redis-lock-scripts.ts, a read or permit entry those of
+ * redis-mode-scripts.ts. The entry's owner id is this process's client id with the batch id (or,
+ * for a try, the caller's own owner id); its token is the fence the entry took when it queued, so
+ * the n-th caller served under it has the token `(fence << 16) + n`.
  */
 export class RedisBatch extends Batch {
   /** The ttl the entry was put with: its first caller's. */
@@ -40,6 +42,11 @@ export class RedisBatch extends Batch {
     readonly owner: string,
   ) {
     super(name, id);
+  }
+
+  /** A read or permit entry's mode as the scripts take it. */
+  get scriptMode(): string {
+    return scriptMode(this);
   }
 
   /** The owner key's value while the entry holds: what every owner-checked script compares. */

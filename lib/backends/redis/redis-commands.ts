@@ -3,6 +3,7 @@ import { SameTickBatches } from '../same-tick-batches';
 import type { Answered, RedisConnections } from './redis-connection';
 import { lockKeys, type LockKeys } from './redis-keys';
 import { acquireScript, cancelScript, checkScript, releaseScript, renewManyScript, renewScript, type AcquireReply } from './redis-lock-scripts';
+import { modeAcquireScript, modeCancelScript, modeCheckScript, modeReleaseScript, modeRenewScript, type ModeAcquireReply } from './redis-mode-scripts';
 import type { RedisScript } from './redis-script';
 
 const KEY_CACHE_SIZE = 10_000;
@@ -26,6 +27,11 @@ export const ownerValue = (fence: bigint | string | number, owner: string) => `$
 export interface QueueEntry {
   readonly owner: string;
   readonly ttlMs: number;
+}
+
+/** A waiting read or permit entry, with its mode as the scripts take it ('r' or 'p<limit>'). */
+export interface ModeQueueEntry extends QueueEntry {
+  readonly scriptMode: string;
 }
 
 /**
@@ -98,15 +104,46 @@ export class RedisCommands {
 
   /** Leaves the queue (handing on a grant that raced); `quiet` after a failure, when the server may well be down. */
   cancel(key: string, owner: string, quiet = false): Promise<unknown> {
-    return this.run(cancelScript, 'leave the queue of', key, [owner]).catch((error) => {
-      if (!quiet) logger.warn(`Leaving the queue of "${key}" failed; the entry goes stale on its own: ${error.message}`);
-    });
+    return this.leave(cancelScript, key, owner, quiet);
   }
 
   check(key: string, staleAfterMs: number, entries: Iterable<QueueEntry>) {
     const args: (string | number)[] = [this.clientId, staleAfterMs];
     for (const entry of entries) args.push(entry.owner, entry.ttlMs);
     return this.run(checkScript, 'check the queue of', key, args);
+  }
+
+  /** The mode acquire script (see ModeAcquireReply); it queues when `staleAfterMs` is given. */
+  acquireMode(key: string, owner: string, ttlMs: number, mode: string, staleAfterMs?: number): Promise<ModeAcquireReply> {
+    const args = staleAfterMs === undefined ? [owner, ttlMs, mode] : [owner, ttlMs, mode, `${staleAfterMs} ${this.clientId}`];
+    return this.run(modeAcquireScript, staleAfterMs === undefined ? 'try to acquire' : 'acquire', key, args);
+  }
+
+  /** renew() for a read or permit entry, owner-checked against `value` ('<fence> <owner>'). */
+  renewMode(key: string, value: string, ttlMs: number, verb = 'renew'): Promise<0 | 1> {
+    return this.run(modeRenewScript, verb, key, [value, ttlMs]);
+  }
+
+  /** release() for a read or permit entry: the entries that may go then are granted. */
+  releaseMode(key: string, value: string): Promise<void> {
+    return this.run(modeReleaseScript, 'release', key, [value]) as Promise<unknown> as Promise<void>;
+  }
+
+  /** cancel() for a read or permit entry. */
+  cancelMode(key: string, owner: string, quiet = false): Promise<unknown> {
+    return this.leave(modeCancelScript, key, owner, quiet);
+  }
+
+  checkModes(key: string, staleAfterMs: number, entries: Iterable<ModeQueueEntry>) {
+    const args: (string | number)[] = [this.clientId, staleAfterMs];
+    for (const entry of entries) args.push(entry.owner, entry.ttlMs, entry.scriptMode);
+    return this.run(modeCheckScript, 'check the queue of', key, args);
+  }
+
+  private leave(script: RedisScript<0 | 1>, key: string, owner: string, quiet: boolean): Promise<unknown> {
+    return this.run(script, 'leave the queue of', key, [owner]).catch((error) => {
+      if (!quiet) logger.warn(`Leaving the queue of "${key}" failed; the entry goes stale on its own: ${error.message}`);
+    });
   }
 
   private run<Reply>(script: RedisScript<Reply>, verb: string, key: string, args: readonly (string | number)[], keys = this.keysOf(key).all): Promise<Reply> {

@@ -7,10 +7,10 @@ import { forceReleaseScript, inspectScript } from './redis-mode-scripts';
 
 /**
  * The owner key's value and expiry, the read or permit holders, and the live queue entries.
- * One write entry stands for a batch of one process's callers (LocalQueues), so `waiting` counts
- * entries, not callers. A token is the entry's fence as a batch token of its first turn: what the
- * server records (later turns of the same write entry are handed over in the holder's process,
- * and their tokens are higher).
+ * One write or read entry stands for a batch of one process's callers (LocalQueues), so `waiting`
+ * counts entries, not callers, and a read entry's readers show as one holder. A token is the
+ * entry's fence as a batch token of its first turn: what the server records (later turns under
+ * the same entry are served in the holder's process, and their tokens are higher).
  */
 export async function inspectRedisLock(connections: RedisConnections, key: string): Promise<LockInspection> {
   const [value, pttlMs, waiting, shared, serverMs] = await connections.runScript(inspectScript, lockKeys(key).all, [], 'inspect', key);

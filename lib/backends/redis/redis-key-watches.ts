@@ -36,8 +36,8 @@ export interface KeyWatch<E extends WaitingEntry = WaitingEntry> {
 }
 
 /**
- * The keys this process has waiters on, each with one safety-check timer (see the check script
- * in redis-lock-scripts.ts). `check` runs the script for a key; it is the backend's.
+ * The keys this process has waiters on, each with one safety-check timer (see the check scripts
+ * of redis-lock-scripts.ts and redis-mode-scripts.ts). `check` runs them for a key; it is the backend's.
  */
 export class KeyWatches<E extends WaitingEntry> {
   private readonly watches = new Map<string, KeyWatch<E>>();

@@ -1,11 +1,14 @@
+import { LockConfigError } from '../../errors';
+import type { AcquireRequest } from '../lock-backend.interface';
 import { COMMON } from './redis-lock-scripts';
 import { MODE_LUA } from './redis-mode-lua';
 import { RedisScript } from './redis-script';
 
 /*
- * The scripts of read and permit entries, one server entry per caller. KEYS: the five of
- * redis-keys.ts; MODE_LUA describes the layout. Every script that frees a place re-evaluates the
- * head of the queue (grant_queue), so a waiter is told by a message and never polls.
+ * The scripts of read and permit entries: a read entry stands for a batch of one process's
+ * readers, a permit entry for one caller. KEYS: the five of redis-keys.ts; MODE_LUA describes the
+ * layout. Every script that frees a place re-evaluates the head of the queue (grant_queue), so a
+ * waiter is told by a message and never polls.
  */
 const MODES = COMMON + MODE_LUA;
 
@@ -21,6 +24,16 @@ end
 
 /** The mode acquire script's reply: see modeAcquireScript. */
 export type ModeAcquireReply = number | [0, number] | [0, number, string, number] | [-1, string];
+
+/** A read or permit entry's mode as the scripts take it: 'r', or 'p<limit>'. */
+export function scriptMode({ mode, limit }: Pick<AcquireRequest, 'mode' | 'limit'>): string {
+  return mode === 'read' ? 'r' : `p${limit}`;
+}
+
+/** The acquire script's {-1, other}: a permit of `key` with limit `limit` met one with limit `other`. */
+export function limitRefused(key: string, limit: number | undefined, other: string): LockConfigError {
+  return new LockConfigError('limit', `a semaphore "${key}" with limit ${limit} was asked for while a permit of it with limit ${other} is held or queued; every permit of a name must give the same limit.`);
+}
 
 /**
  * ARGV: owner, ttlMs, mode ('r' or 'p<limit>'), and when the caller may queue '<staleAfterMs> <clientId>'.

@@ -10,11 +10,11 @@ import { BatchLeases, isLate } from './redis-batch-leases';
 import { RedisConnections } from './redis-connection';
 import { parseGrantMessage } from './redis-grant-message';
 import { GRANT_CHANNEL_PREFIX, type AcquireReply, type QueuedReply } from './redis-lock-scripts';
+import { limitRefused, scriptMode, type ModeAcquireReply } from './redis-mode-scripts';
 import { validateRedisOptions, type RedisBackendOptions } from './redis-options';
 import { ownerValue, RedisCommands } from './redis-commands';
 import { KeyWatches, type KeyWatch } from './redis-key-watches';
 import { forceReleaseRedisLock, inspectRedisLock } from './redis-inspect';
-import { RedisModeEntries } from './redis-mode-entries';
 
 /**
  * A holder hands the lock to the next caller of its batch at once only when its lease is known
@@ -27,14 +27,18 @@ const logger = new Logger('DistributedLock');
 /**
  * Redis (single node, Sentinel or Cluster): a FIFO queue per lock name with direct handoff.
  * A process's callers of one name queue behind one entry per batch (LocalQueues) and take turns
- * while it holds; the release script makes the next entry the owner and publishes the grant on
- * that entry's process channel, so an entry owns the lock when the message arrives. See docs/redis.md.
+ * while it holds (readers all at once); the release script makes the next entry the owner and
+ * publishes the grant on that entry's process channel, so an entry owns the lock when the message
+ * arrives. Read and permit entries run the scripts of redis-mode-scripts.ts. See docs/redis.md.
  */
 export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements LockBackend {
   readonly name = 'redis';
   /** Names are percent-encoded into the hash tag (up to 3x); Redis takes far longer keys. */
   readonly maxKeyBytes = 1024;
-  /** Read and permit entries are one server entry per caller (RedisModeEntries), in the name's one queue. */
+  /**
+   * In the name's one queue: readers of one process share an entry and are served together; each
+   * permit caller has an entry of its own (a place of the semaphore).
+   */
   readonly modes = ['write', 'read', 'permit'] as const;
   readonly address: string;
   /** Every command is bounded by serverTimeoutMs (RedisConnections), the release script's too. */
@@ -44,10 +48,10 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   private readonly channel = GRANT_CHANNEL_PREFIX + this.clientId;
   /** Batches whose entry is at the server (sent, queued or holding), by the entry's owner id. */
   private readonly entries = new Map<string, RedisBatch>();
-  private readonly watches = new KeyWatches<RedisBatch>((key, watch) => void this.check(key, watch));
+  private readonly watches = new KeyWatches<RedisBatch>((key, watch) => this.check(key, watch));
   private readonly leases = new BatchLeases({
-    renew: (batch, ttlMs) => this.commands.renew(batch.key, batch.ownerValue, ttlMs, 'hand over'),
-    holderTtl: (batch) => (batch.holder === undefined ? undefined : this.held.get(batch.holder)?.ttlMs),
+    renew: (batch, ttlMs) => this.renewEntry(batch, ttlMs, 'hand over'),
+    holderTtl: (batch) => this.entryTtl(batch),
   });
   /** Cancels sent by close(), which waits for them briefly. */
   private readonly closingWork: Promise<unknown>[] = [];
@@ -58,7 +62,6 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   private readonly closing = new AbortController();
   private readonly connections: RedisConnections;
   private readonly commands: RedisCommands;
-  private readonly shared: RedisModeEntries;
 
   /**
    * Validates and starts connecting in the background: never waits for the server (see
@@ -75,17 +78,8 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     this.connections = new RedisConnections(options, settings, this.channel, () => {
       // Grants published while the subscriber was reconnecting are lost: check every waiting key now.
       for (const key of this.watches.keys()) this.watches.schedule(key, -1, 0);
-      this.shared.recheckAll();
     });
     this.commands = new RedisCommands(this.connections, this.clientId);
-    const lifecycle = this.lifecycle;
-    this.shared = new RedisModeEntries({
-      connections: this.connections,
-      clientId: this.clientId,
-      lost: this.closing.signal,
-      isOpen: () => lifecycle.isOpen,
-      closedWhileWaiting: () => lifecycle.closedWhileWaiting(),
-    });
     this.address = this.connections.address;
     this.listen();
   }
@@ -112,46 +106,49 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   /** Until the grant channel is subscribed a pushed grant would be lost: an acquisition waits for it, bounded. */
   override acquire(request: AcquireRequest): Promise<LockGrant> {
     if (this.lifecycle.isOpen && !this.connections.subscribed) return this.connections.whenSubscribed(`acquire "${request.key}"`, request.signal).then(() => this.acquire(request));
-    if (request.mode !== undefined && request.mode !== 'write') return this.lifecycle.isOpen ? this.shared.acquire(request) : super.acquire(request);
     return super.acquire(request);
   }
 
-  /** Reads and permits have entries of their own (RedisModeEntries); once closed, the write path refuses them as it refuses writes. */
-  override tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
-    if (request.mode !== undefined && request.mode !== 'write') return this.lifecycle.isOpen ? this.shared.tryAcquire(request) : super.tryAcquire(request);
-    return super.tryAcquire(request);
-  }
-
-  /** The acquire script without queueing. */
-  protected async tryTake({ key, owner, ttlMs }: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+  /** The acquire script of the request's mode without queueing; the try's owner id names its entry. */
+  protected async tryTake(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+    const { key, owner, ttlMs } = request;
+    const write = (request.mode ?? 'write') === 'write';
     const sentAt = performance.now();
     const ttl = Math.ceil(ttlMs);
+    let reply: AcquireReply | ModeAcquireReply;
+    let requestedAt: number | undefined;
     try {
-      const reply = await this.commands.tryAcquire(key, owner, ttl);
-      if (typeof reply !== 'number') return null;
+      reply = write ? await this.commands.tryAcquire(key, owner, ttl) : await this.commands.acquireMode(key, owner, ttl, scriptMode(request));
       // The reply came so late (a paused process) that the lease may be nearly over: ask first.
-      const requestedAt = isLate(sentAt, ttl) ? await this.confirmGrant(key, owner, reply, ttl) : sentAt;
-      if (requestedAt === undefined) return null;
-      const batch = new RedisBatch(key, owner, owner);
-      batch.lease = { from: requestedAt, ttlMs: ttl };
-      this.entries.set(owner, batch);
-      // Callers that queued meanwhile put their entry after this one: they wait for it.
-      this.queues.adopt(batch, BigInt(reply), { owner });
-      return this.grant(batch, { key, owner, ttlMs });
+      if (typeof reply === 'number') requestedAt = isLate(sentAt, ttl) ? await this.confirmGrant(key, owner, reply, ttl, write) : sentAt;
     } catch (error) {
       // The script may still run (a paused server wakes up): the cancel, sent after it, gives back what it took.
-      void this.commands.cancel(key, owner, true);
+      void this.cancelEntry(key, owner, write, true);
       throw error;
     }
+    if (typeof reply !== 'number') {
+      if (reply[0] === -1) throw limitRefused(key, request.limit, reply[1]);
+      return null;
+    }
+    if (requestedAt === undefined) return null;
+    const batch = new RedisBatch(key, owner, owner);
+    batch.lease = { from: requestedAt, ttlMs: ttl };
+    this.entries.set(owner, batch);
+    // Callers that queued meanwhile put their entry after this one: they wait for it.
+    this.queues.adopt(batch, BigInt(reply), request);
+    return this.grant(batch, request);
   }
 
-  /** Renews the batch's entry to this holder's ttl, checked against the entry's owner value. */
+  /**
+   * Renews the batch's entry, checked against the entry's owner value: to this holder's ttl, or
+   * under a read entry to the longest ttl among its readers (entryTtl).
+   */
   async renew(grant: LockGrant, ttlMs: number): Promise<boolean> {
     const held = this.heldFor(grant);
-    if (!held) return this.shared.renew(grant, ttlMs);
-    if (!this.lifecycle.isOpen) return false;
+    if (!held || !this.lifecycle.isOpen) return false;
     held.ttlMs = Math.ceil(ttlMs);
-    return (await this.commands.renew(grant.key, held.batch.ownerValue, held.ttlMs)) === 1;
+    const batch = held.batch;
+    return (await this.renewEntry(batch, batch.mode === 'read' ? this.entryTtl(batch)! : held.ttlMs, 'renew')) === 1;
   }
 
   /**
@@ -160,7 +157,6 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
    */
   override release(grant: LockGrant, validForMs?: number): Promise<void> {
     if (this.connections.closed) return Promise.resolve();
-    if (this.shared.heldCount !== 0 && this.shared.holds(grant)) return this.shared.release(grant);
     return super.release(grant, validForMs !== undefined && validForMs >= MIN_HANDOVER_VALIDITY_MS ? validForMs : undefined);
   }
 
@@ -170,11 +166,10 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     // Entries still queued are cancelled (withdraw), the callers of every batch told.
     this.queues.closeAll(this.lifecycle.closedWhileWaiting());
     this.watches.clear();
-    const shared = this.shared.close();
     this.closing.abort(this.lifecycle.closedWhileHeld());
     this.held.clear();
     this.entries.clear();
-    const pending = [...this.closingWork, ...shared, ...holding.map((batch) => this.commands.release(batch.key, batch.ownerValue).catch(() => undefined))];
+    const pending = [...this.closingWork, ...holding.map((batch) => this.releaseEntry(batch).catch(() => undefined))];
     // Best effort, and never long: with the server unreachable, leases and queue entries expire on their own.
     if (this.connections.unreachable() === undefined) {
       await Promise.race([Promise.all(pending), new Promise((resolve) => setTimeout(resolve, Math.min(2_000, this.connections.serverTimeoutMs)).unref())]);
@@ -182,7 +177,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     this.connections.close();
   }
 
-  /** BatchEntries: the acquire script for the batch's entry, with its first caller's ttl. */
+  /** BatchEntries: the acquire script of the batch's mode for its entry, with its first caller's ttl. */
   send(batch: RedisBatch): void {
     batch.ttlMs = Math.ceil(batch.peek()!.request.ttlMs);
     batch.askedAt = performance.now();
@@ -193,7 +188,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   /** BatchEntries: the cancel, sent after the acquire on the same connection, takes back what it took. */
   withdraw(batch: RedisBatch, reason: unknown): void {
     this.forget(batch);
-    const cancelled = this.commands.cancel(batch.key, batch.owner, !this.lifecycle.isOpen);
+    const cancelled = this.cancelEntry(batch.key, batch.owner, batch.mode === 'write', !this.lifecycle.isOpen);
     if (!this.lifecycle.isOpen) this.closingWork.push(cancelled);
     this.queues.end(batch, reason);
   }
@@ -201,7 +196,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   /** BatchEntries: the release script hands the lock to the next entry, of whichever process. */
   remove(batch: RedisBatch): Promise<void> {
     this.forget(batch);
-    return this.commands.release(batch.key, batch.ownerValue);
+    return this.releaseEntry(batch);
   }
 
   /** BatchEntries: the previous holder's lease is not known valid: renew the entry for the next caller first. */
@@ -210,7 +205,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     const sentAt = performance.now();
     let renewed: 0 | 1;
     try {
-      renewed = await this.commands.renew(batch.key, batch.ownerValue, ttlMs, 'hand on');
+      renewed = await this.renewEntry(batch, ttlMs, 'hand on');
     } catch (error) {
       void this.remove(batch).catch(() => undefined);
       return error as Error;
@@ -241,21 +236,61 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     return new RedisBatch(name, id, this.clientId + id);
   }
 
+  /** The release script of the entry's mode. */
+  private releaseEntry(batch: RedisBatch): Promise<void> {
+    return batch.mode === 'write' ? this.commands.release(batch.key, batch.ownerValue) : this.commands.releaseMode(batch.key, batch.ownerValue);
+  }
+
+  /** The cancel script of the entry's mode; `quiet` after a failure, when the server may well be down. */
+  private cancelEntry(key: string, owner: string, write: boolean, quiet: boolean): Promise<unknown> {
+    return write ? this.commands.cancel(key, owner, quiet) : this.commands.cancelMode(key, owner, quiet);
+  }
+
+  /** The renew script of the entry's mode: 1 renewed, 0 no longer ours. */
+  private renewEntry(batch: RedisBatch, ttlMs: number, verb: string): Promise<0 | 1> {
+    return batch.mode === 'write' ? this.commands.renew(batch.key, batch.ownerValue, ttlMs, verb) : this.commands.renewMode(batch.key, batch.ownerValue, ttlMs, verb);
+  }
+
+  /**
+   * The ttl the entry's lease must have for whoever holds under it now: the holder's, and under
+   * a read entry the longest among its readers, so that renewing it for one reader never
+   * shortens the lease another relies on.
+   */
+  private entryTtl(batch: RedisBatch): number | undefined {
+    let ttlMs: number | undefined;
+    for (const owner of batch.holders) {
+      const holderTtl = this.held.get(owner)?.ttlMs;
+      if (holderTtl !== undefined && (ttlMs === undefined || holderTtl > ttlMs)) ttlMs = holderTtl;
+    }
+    return ttlMs;
+  }
+
   private sendAcquire(batch: RedisBatch, sentAt = performance.now()): void {
-    this.commands.acquire(batch.key, batch.owner, batch.ttlMs, this.watches.staleAfter(batch.key, batch.ttlMs), (error, reply) => {
+    const staleAfterMs = this.watches.staleAfter(batch.key, batch.ttlMs);
+    if (batch.mode !== 'write') {
+      this.commands.acquireMode(batch.key, batch.owner, batch.ttlMs, batch.scriptMode, staleAfterMs).then(
+        (reply) => this.onQueued(batch, reply, sentAt),
+        (error) => this.acquireFailed(batch, error),
+      );
+      return;
+    }
+    this.commands.acquire(batch.key, batch.owner, batch.ttlMs, staleAfterMs, (error, reply) => {
       if (error) this.acquireFailed(batch, error);
       else this.onQueued(batch, reply!, sentAt);
     });
   }
 
-  /** The acquire script's answer for the batch's entry: granted, or queued behind someone. */
-  private onQueued(batch: RedisBatch, reply: AcquireReply, sentAt: number): void {
+  /** The acquire script's answer for the batch's entry: granted, queued behind someone, or (a permit) refused for its limit. */
+  private onQueued(batch: RedisBatch, reply: AcquireReply | ModeAcquireReply, sentAt: number): void {
     batch.answered = true;
     const granted = typeof reply === 'number';
     // Else withdrawn (its cancel, sent after, hands a grant on), or granted by a message that came first.
     if (this.isWaiting(batch)) {
       if (granted) {
         this.grantFrom(batch, reply, sentAt);
+      } else if (reply[0] === -1) {
+        this.forget(batch);
+        this.queues.end(batch, limitRefused(batch.key, batch.limit, reply[1]));
       } else {
         const [, ownerPttlMs, , serverMs] = reply as QueuedReply;
         this.watches.add(batch).clock.sample(serverMs, sentAt);
@@ -274,7 +309,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     if (!this.isWaiting(batch)) return;
     this.forget(batch);
     this.queues.end(batch, error);
-    void this.commands.cancel(batch.key, batch.owner, true);
+    void this.cancelEntry(batch.key, batch.owner, batch.mode === 'write', true);
   }
 
   private listen(): void {
@@ -296,7 +331,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   private grantLate(key: string, owner: string, fence: string, serverMs: number | undefined): void {
     const batch = this.entries.get(owner);
     if (batch?.state === 'holding') return; // the same grant seen twice (message and safety check)
-    if (!batch || !this.isWaiting(batch)) return this.handOn(key, owner, fence, serverMs);
+    if (!batch || !this.isWaiting(batch)) return this.handOn(key, owner, fence);
     const clock = this.watches.get(key)?.clock;
     this.grantFrom(batch, fence, Math.max(batch.askedAt, serverMs === undefined || !clock ? -Infinity : clock.earliestLocal(serverMs)));
   }
@@ -306,7 +341,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     if (batch.confirming) return;
     if (!isLate(requestedAt, batch.ttlMs)) return this.granted(batch, fence, requestedAt);
     batch.confirming = true;
-    void this.confirmGrant(batch.key, batch.owner, fence, batch.ttlMs).then(
+    void this.confirmGrant(batch.key, batch.owner, fence, batch.ttlMs, batch.mode === 'write').then(
       (confirmedAt) => {
         batch.confirming = false;
         // Withdrawn meanwhile: its cancel, sent after the renewal, hands the lock on.
@@ -329,29 +364,43 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     this.watches.remove(batch.key, batch.owner);
     batch.lease = { from: requestedAt, ttlMs: batch.ttlMs };
     this.queues.holds(batch, BigInt(fence));
+    // The readers served at once have taken it; a later renewal, for the readers holding then, may end it sooner.
+    if (batch.mode === 'read') batch.lease = undefined;
   }
 
   /**
    * An owner-checked renewal of a grant that came late: resolves with when it was sent (the
    * lease counts from then), or undefined when the lease is no longer ours.
    */
-  private async confirmGrant(key: string, owner: string, fence: string | number, ttlMs: number): Promise<number | undefined> {
+  private async confirmGrant(key: string, owner: string, fence: string | number, ttlMs: number, write: boolean): Promise<number | undefined> {
     const sentAt = performance.now();
-    const renewed = await this.commands.renew(key, ownerValue(fence, owner), ttlMs, 'confirm a late grant of');
+    const value = ownerValue(fence, owner);
+    const verb = 'confirm a late grant of';
+    const renewed = await (write ? this.commands.renew(key, value, ttlMs, verb) : this.commands.renewMode(key, value, ttlMs, verb));
     return renewed === 1 ? sentAt : undefined;
   }
 
-  /** A grant nobody here waits for any more: handed on at once (a read or permit entry's is RedisModeEntries'). */
-  private handOn(key: string, owner: string, fence: string, serverMs?: number): void {
-    if (this.shared.granted(owner, fence, serverMs)) return;
+  /**
+   * A grant nobody here waits for any more: handed on at once. A read or permit entry's grant
+   * is given back by the cancel sent when it stopped waiting; this release then changes nothing.
+   */
+  private handOn(key: string, owner: string, fence: string): void {
     this.commands.release(key, ownerValue(fence, owner)).catch((error) =>
       logger.warn(`Handing on an unwanted grant of "${key}" failed; it expires with its lease: ${error.message}`),
     );
   }
 
-  private async check(key: string, watch: KeyWatch<RedisBatch>): Promise<void> {
-    const waiting = [...watch.waiters.values()];
-    if (waiting.length === 0 || !this.lifecycle.isOpen) return;
+  /** The safety check of the key's waiting entries: the check script of each mode that waits. */
+  private check(key: string, watch: KeyWatch<RedisBatch>): void {
+    if (!this.lifecycle.isOpen) return;
+    const writes: RedisBatch[] = [];
+    const others: RedisBatch[] = [];
+    for (const batch of watch.waiters.values()) (batch.mode === 'write' ? writes : others).push(batch);
+    if (writes.length > 0) void this.checkWrites(key, watch, writes);
+    if (others.length > 0) void this.checkModes(key, watch, others);
+  }
+
+  private async checkWrites(key: string, watch: KeyWatch<RedisBatch>, waiting: RedisBatch[]): Promise<void> {
     const sentAt = performance.now();
     try {
       const [ownerPttlMs, granted, , serverMs] = await this.commands.check(key, this.watches.staleAfter(key, watch.shortestTtlMs), waiting);
@@ -363,9 +412,26 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
       }
       this.watches.schedule(key, ownerPttlMs);
     } catch (error) {
-      logger.warn(`Checking the queue of "${key}" failed, retrying: ${(error as Error).message}`);
-      this.watches.schedule(key, -1);
+      this.checkFailed(key, error);
     }
+  }
+
+  private async checkModes(key: string, watch: KeyWatch<RedisBatch>, waiting: RedisBatch[]): Promise<void> {
+    const sentAt = performance.now();
+    try {
+      const [nextChangeMs, granted, , serverMs] = await this.commands.checkModes(key, this.watches.staleAfter(key, watch.shortestTtlMs), waiting);
+      watch.clock.sample(serverMs, sentAt);
+      // {owner, fence, grantedAtMs} of each entry granted: its lease began then, by the server's clock.
+      for (let i = 0; i < granted.length; i += 3) this.grantLate(key, granted[i], granted[i + 1], Number(granted[i + 2]));
+      this.watches.schedule(key, nextChangeMs);
+    } catch (error) {
+      this.checkFailed(key, error);
+    }
+  }
+
+  private checkFailed(key: string, error: unknown): void {
+    logger.warn(`Checking the queue of "${key}" failed, retrying: ${(error as Error).message}`);
+    this.watches.schedule(key, -1);
   }
 
   /** The entry is sent or queued, not granted, withdrawn or failed. */

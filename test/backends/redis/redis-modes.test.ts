@@ -117,19 +117,41 @@ describe('redis read-write locks and semaphores', () => {
     assertTokensFollowGrants([...readers, ...holds]);
   });
 
-  it('readers of one process do not wait for each other, and a write release grants every reader queued behind it', async () => {
+  it('renewing a shared read entry for a reader with a short ttl never shortens the lease of one with a longer ttl', async () => {
+    const backend = await client();
+    const [long, short] = await Promise.all([acquire(backend, 'mixed-ttl', 'read', { ttlMs: 10_000 }), acquire(backend, 'mixed-ttl', 'read', { ttlMs: 1_000 })]);
+    assert.equal((await backend.inspect!('mixed-ttl')).holders?.length, 1, 'the two readers share one entry');
+    assert.equal(await backend.renew(short, 1_000), true);
+    const [entry] = (await backend.inspect!('mixed-ttl')).holders!;
+    assert.ok(entry.expiresInMs! > 9_000, `the shared entry expires in ${entry.expiresInMs} ms after the short reader's renewal`);
+    await backend.release(long);
+    assert.equal(await backend.renew(short, 1_000), true);
+    assert.ok((await backend.inspect!('mixed-ttl')).holders![0].expiresInMs! <= 1_000, 'the entry kept the long lease of a reader that left');
+    await backend.release(short);
+    assert.equal((await backend.inspect!('mixed-ttl')).held, false);
+  });
+
+  it('readers of one process share one entry, are granted together by a write release, and keep it while any of them holds', async () => {
     const [a, b] = [await client(), await client()];
     const writer = await acquire(a, 'one-process', 'write');
     const readers = [acquire(b, 'one-process', 'read'), acquire(b, 'one-process', 'read'), acquire(b, 'one-process', 'read')];
     assert.ok(await pendingAfter(Promise.race(readers), 100), 'a reader was granted while the writer held');
-    assert.equal((await a.inspect!('one-process')).waiting, 3);
+    assert.equal((await a.inspect!('one-process')).waiting, 1, 'the readers of one process queue behind one entry');
     await a.release(writer);
     const granted = await Promise.all(readers);
     const view = await a.inspect!('one-process');
     assert.equal(view.mode, 'read');
-    assert.equal(view.holders?.length, 3);
-    for (const grant of granted) assert.ok(grant.fencingToken > writer.fencingToken);
-    await Promise.all(granted.map((grant) => b.release(grant)));
+    assert.equal(view.holders?.length, 1);
+    assert.equal(view.holder?.fencingToken, granted[0].fencingToken);
+    for (let i = 0; i < granted.length; i++) assert.ok(granted[i].fencingToken > (i === 0 ? writer.fencingToken : granted[i - 1].fencingToken), 'tokens do not increase');
+    const waiter = a.acquire({ key: 'one-process', owner: owner('write'), ttlMs: TTL_MS, signal: new AbortController().signal });
+    await Promise.all(granted.slice(0, 2).map((grant) => b.release(grant)));
+    assert.ok(await pendingAfter(waiter, 100), 'a writer was granted while a reader of the shared entry still held');
+    assert.equal((await a.inspect!('one-process')).mode, 'read');
+    await b.release(granted[2]);
+    const written = await waiter;
+    assert.ok(written.fencingToken > granted[2].fencingToken);
+    await a.release(written);
     assert.equal((await a.inspect!('one-process')).held, false);
   });
 
@@ -186,15 +208,16 @@ describe('redis read-write locks and semaphores', () => {
     assert.equal(view.held, true);
     assert.equal(view.mode, 'read');
     assert.equal(view.limit, undefined);
+    // A holder's owner is its entry's id (one entry per batch of a process's readers).
     assert.deepEqual(
-      view.holders?.map((holder) => [holder.owner, holder.fencingToken]),
-      readers.map((grant) => [grant.owner, grant.fencingToken]),
+      view.holders?.map((holder) => holder.fencingToken),
+      readers.map((grant) => grant.fencingToken),
     );
-    assert.equal(view.holder?.owner, readers[0].owner);
+    assert.equal(view.holder?.fencingToken, readers[0].fencingToken);
     for (const holder of view.holders!) assert.ok(holder.expiresInMs! <= 2_000 && holder.expiresInMs! > 1_000 && holder.heldForMs! >= 0, JSON.stringify(holder, (_, v) => (typeof v === 'bigint' ? String(v) : v)));
 
     assert.equal(await a.renew(readers[0], 10_000), true);
-    const renewed = (await a.inspect!('look')).holders!.find((holder) => holder.owner === readers[0].owner)!;
+    const renewed = (await a.inspect!('look')).holders!.find((holder) => holder.fencingToken === readers[0].fencingToken)!;
     assert.ok(renewed.expiresInMs! > 9_000, `expires in ${renewed.expiresInMs} ms after a renewal to 10 s`);
 
     assert.equal(await a.forceRelease!('look'), true);
@@ -271,6 +294,8 @@ describe('redis read-write locks and semaphores', () => {
       assert.match(error.message, /"limits".*limit 3.*limit 2/);
       return true;
     });
+    // The same process: a permit of another limit never shares a batch with it, and is refused alike.
+    await assert.rejects(acquire(a, 'limits', 'permit', { limit: 4 }), (error: unknown) => error instanceof LockConfigError && /"limits".*limit 4.*limit 2/.test(error.message));
     await a.release(held);
 
     const writer = await acquire(a, 'limits', 'write');
@@ -319,13 +344,14 @@ describe('redis read-write locks and semaphores', () => {
 
   it('close() fires the lost signal of held readers and rejects waiting ones; their entries go', async () => {
     const [a, closing, other] = [await client(), await client(), await client()];
-    const reader = await acquire(closing, 'closing', 'read');
+    const [reader, sharing] = await Promise.all([acquire(closing, 'closing', 'read'), acquire(closing, 'closing', 'read')]);
     const writer = acquire(a, 'closing', 'write');
     await waitingIs(a, 'closing', 1);
     const queued = assert.rejects(acquire(other, 'closing', 'read'), /closed while waiting/);
     await waitingIs(a, 'closing', 2);
     await closing.close();
     assert.equal(reader.lost.aborted, true);
+    assert.equal(sharing.lost.aborted, true, 'a reader sharing the entry was not told');
     const written = await writer;
     await other.close();
     await queued;
