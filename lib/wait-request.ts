@@ -1,5 +1,4 @@
-import type { StoppableRequest } from './backends/built-in-backend';
-import type { EntryMode, LockBackend, LockGrant } from './backends/lock-backend.interface';
+import type { AcquireRequest, EntryMode, LockBackend, LockGrant } from './backends/lock-backend.interface';
 import { deadlines, type Deadline } from './deadlines';
 import { LockServerUnreachableError, LockTimeoutError } from './errors';
 import { PendingWait } from './queue/pending-wait';
@@ -11,11 +10,10 @@ import { listenToAbort, stopListeningToAbort, type AbortWatcher } from './shared
  * other backend's promise is bound to it (bound). Its signal is made only when a backend looks at
  * it or the wait must end: making an AbortSignal is not free, and most lock calls never need one.
  */
-export class WaitRequest extends PendingWait<LockGrant> implements StoppableRequest, AbortWatcher {
+export class WaitRequest extends PendingWait<LockGrant> implements AcquireRequest, AbortWatcher {
   private controller?: AbortController;
   private timer?: Deadline;
   private callerSignal?: AbortSignal;
-  private stopWatcher?: AbortWatcher;
   private stopped?: { reason: unknown };
 
   /** The grant, or the stop reason as soon as the wait is stopped (the caller's deadline holds whatever the backend does). */
@@ -80,12 +78,6 @@ export class WaitRequest extends PendingWait<LockGrant> implements StoppableRequ
     return this.controller.signal;
   }
 
-  /** StoppableRequest.onStop: one watcher, told of the stop. */
-  onStop(watcher: AbortWatcher): void {
-    if (this.stopped) watcher.aborted(this.stopped.reason);
-    else this.stopWatcher = watcher;
-  }
-
   /**
    * The grant of a backend that does not settle this wait itself: a grant that arrives after the
    * wait was stopped goes to `late`.
@@ -105,7 +97,6 @@ export class WaitRequest extends PendingWait<LockGrant> implements StoppableRequ
     if (this.stopped) return;
     this.stopped = { reason };
     this.controller?.abort(reason);
-    this.stopWatcher?.aborted(reason);
     super.aborted(reason);
   }
 

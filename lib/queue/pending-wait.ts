@@ -51,11 +51,6 @@ export class PendingWait<T> implements AbortWatcher {
     this.abandoned = abandoned;
   }
 
-  /** @deprecated for the backends' second paths being removed: as onAbandon, told through `request.onStop`. */
-  watch(request: { onStop(watcher: AbortWatcher): void }, abandoned: (reason: unknown) => void): void {
-    this.abandoned = abandoned;
-    request.onStop(this);
-  }
 
   /** AbortWatcher: the caller's signal aborted, or its request was stopped. */
   aborted(reason: unknown): void {

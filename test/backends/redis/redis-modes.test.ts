@@ -1,4 +1,3 @@
-import type { StoppableRequest } from '../../../lib/backends/built-in-backend';
 import assert from 'node:assert/strict';
 import { fork } from 'node:child_process';
 import path from 'node:path';
@@ -8,6 +7,7 @@ import type { EntryMode, LockBackend } from '../../../lib/backends/lock-backend.
 import { createBackend } from '../../../lib/backends/registry';
 import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
 import { eventually, mostAtOnce, sleep } from '../../support/timing';
+import { WaitRequest } from '../../../lib/wait-request';
 
 const TTL_MS = 5_000;
 /** The lease of the holder that dies, short so that the test waits little for it to run out. */
@@ -258,13 +258,12 @@ describe('redis read-write locks and semaphores', () => {
     await Promise.all([a.release(holding), c.release(granted)]);
     assert.deepEqual(await a.inspect!('abort'), { held: false, waiting: 0 });
 
-    // Stopped through onStop, as LockService stops its requests.
+    // Stopped directly, as LockService stops its requests (no AbortSignal made).
     const gate = await acquire(a, 'abort', 'write');
-    let stopWatcher: { aborted(reason: unknown): void } | undefined;
-    const request: StoppableRequest = { key: 'abort', owner: owner('stopped'), ttlMs: TTL_MS, signal: new AbortController().signal, mode: 'read', onStop: (watcher) => (stopWatcher = watcher) };
+    const request = new WaitRequest('abort', owner('stopped'), TTL_MS, performance.now(), 'read');
     const stopped = b.acquire(request);
     await waitingIs(a, 'abort', 1);
-    stopWatcher!.aborted(new Error('stopped'));
+    request.stop(new Error('stopped'));
     await assert.rejects(stopped, /stopped/);
     await waitingIs(a, 'abort', 0);
     await a.release(gate);
