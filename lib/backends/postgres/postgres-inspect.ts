@@ -1,7 +1,7 @@
 import { batchToken } from '../../queue/batch';
 import type { LockInspection } from '../lock-backend.interface';
 import type { PostgresCalls } from './postgres-calls';
-import { sqlNames, type PostgresNames } from './postgres-schema';
+import { sqlNames, type PostgresNames } from './postgres-names';
 import { DURABLE_CHECK, DURABLE_CTE } from './postgres-statements';
 
 interface InspectRow {

@@ -1,4 +1,4 @@
-import type { sqlNames } from './postgres-schema';
+import type { sqlNames } from './postgres-names';
 
 /**
  * The objects of the read and permit modes, appended to the schema (idempotent as the rest):

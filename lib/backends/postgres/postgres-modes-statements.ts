@@ -1,4 +1,4 @@
-import { sqlNames, type PostgresNames } from './postgres-schema';
+import { sqlNames, type PostgresNames } from './postgres-names';
 import { DURABLE_CHECK, DURABLE_CTE, type AcquireRow } from './postgres-statements';
 
 /** What the modes' acquire function answers: as a write entry's row, and a permit's conflicting limit. */

@@ -1,6 +1,6 @@
 import { LockConfigError } from '../../errors';
 import { allowOnlyFields, checkSuppliedClient } from '../option-checks';
-import { DEFAULT_NAMES } from './postgres-schema';
+import { DEFAULT_NAMES } from './postgres-names';
 
 /**
  * The parts of a `pg.Pool` the backend uses, typed structurally so that the published .d.ts

@@ -1,4 +1,4 @@
-import { sqlNames, type PostgresNames } from './postgres-schema';
+import { sqlNames, type PostgresNames } from './postgres-names';
 
 /** What the acquire function answers: a fence when the entry holds the lock, else what is left of the holder's lease. */
 export interface AcquireRow {

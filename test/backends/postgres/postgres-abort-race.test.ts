@@ -4,7 +4,7 @@ import { after, before, describe, it } from 'node:test';
 import { Pool, type QueryConfig } from 'pg';
 import type { LockService } from '../../../lib';
 import { createBackend } from '../../../lib/backends/registry';
-import { DEFAULT_NAMES } from '../../../lib/backends/postgres/postgres-schema';
+import { DEFAULT_NAMES } from '../../../lib/backends/postgres/postgres-names';
 import { statements } from '../../../lib/backends/postgres/postgres-statements';
 import { runSql, startPostgresServer, type PostgresServer } from '../../../servers/postgres-server';
 import { lockServiceOver } from '../../support/lock-service-factory';
