@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { LockConfigError, MemoryLockBackend, MemoryLockStore, type LockGrant } from '../../../lib';
+import { LocalQueueBackend, LockConfigError, MemoryLockBackend, MemoryLockStore, type LockGrant } from '../../../lib';
 
 const request = (owner: string, signal = new AbortController().signal) => ({ key: 'k', owner, ttlMs: 30_000, signal });
 const read = (owner: string, ttlMs = 30_000) => ({ ...request(owner), mode: 'read' as const, ttlMs });
@@ -8,6 +8,10 @@ const permit = (owner: string, limit = 2) => ({ ...request(owner), mode: 'permit
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe('memory backend', () => {
+  it('is a driver on the exported LocalQueueBackend, as a custom backend would be', () => {
+    assert.ok(new MemoryLockBackend() instanceof LocalQueueBackend);
+  });
+
   it('keeps FIFO order across queue compaction with 5000 waiters, some of whom gave up', async () => {
     const backend = new MemoryLockBackend();
     let current = await backend.acquire(request('holder'));
