@@ -53,6 +53,9 @@ export {
 export type { AcquireRequest, EntryMode, LockBackend, LockGrant, LockHolder, LockInspection } from './backends/lock-backend.interface';
 export { MemoryLockBackend } from './backends/memory/memory.backend';
 export { MemoryLockStore } from './backends/memory/memory-lock-store';
+export { LocalQueueBackend, type LocalQueueBackendOptions, type ServedGrant } from './queue/local-queue-backend';
+export { Batch, batchToken, type BatchState } from './queue/batch';
+export type { BatchEntries, LocalQueues } from './queue/local-queues';
 export type { RedisBackendOptions, RedisClientLike } from './backends/redis/redis-options';
 export type { RedlockBackendOptions } from './backends/redlock/redlock-options';
 export type { ZooKeeperAclEntry, ZooKeeperBackendOptions, ZooKeeperPermission } from './backends/zookeeper/zookeeper-options';

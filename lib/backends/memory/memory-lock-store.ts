@@ -6,7 +6,8 @@ import { mayGo } from '../entry-rule';
  * The "server" of the in-memory backend: lock state shared by every MemoryLockBackend client
  * created over it. Same semantics as the distributed backends: each name is one FIFO queue of
  * entries (write, read, permit) granted by the entry rule, the next entries own the lock before
- * they are woken, leases expire, fencing tokens never go back.
+ * they are woken, leases expire, fencing tokens never go back. A client puts one entry per batch
+ * of its callers, as a process does at a server.
  */
 export interface MemoryEntry {
   readonly owner: string;
@@ -18,6 +19,11 @@ export interface MemoryEntry {
   cancelled: boolean;
   /** Called synchronously when the entry is granted after waiting. */
   readonly onGrant?: (grant: MemoryGrant) => void;
+  /**
+   * Called when a granted entry stops holding without its owner releasing it (its lease ended, a
+   * forced release, its client closed), before its lost signal fires: the client forgets it first.
+   */
+  readonly onLost?: () => void;
 }
 
 export interface MemoryGrant {
@@ -97,15 +103,16 @@ export class MemoryLockStore {
     return true;
   }
 
-  /** Owner-checked like release, and the holder's lost signal fires with `reason` (its client closed). */
+  /** Owner-checked like release, and the holder is told it lost the lock with `reason` (its client closed). */
   revoke(key: string, owner: string, reason: Error): void {
-    const held = this.find(key, owner)?.held;
-    if (!held) return;
-    held.lost.abort(reason);
-    this.release(key, owner);
+    const state = this.states.get(key);
+    const index = state ? state.queue.findIndex((queued) => queued.held?.grant.owner === owner) : -1;
+    if (!state || index === -1) return;
+    this.lose(state.queue.splice(index, 1), reason);
+    this.grantNext(key, state);
   }
 
-  /** The holders and the waiters that have not given up (every caller: this backend has no batches). */
+  /** The holders and the entries still waiting (one per batch of a client's callers). */
   inspect(key: string): LockInspection {
     const state = this.states.get(key);
     const first = state?.queue[0];
@@ -121,23 +128,35 @@ export class MemoryLockStore {
   }
 
   /**
-   * Every holder of `key` stops holding it and the next waiters are granted; the holders are not
-   * told (as with a server, they learn at their next renewal). False when the key was free.
+   * Every holder of `key` stops holding it and the next waiters are granted. The holders' lost
+   * signals fire at once: a server's clients learn at their next renewal, this one's are in
+   * process. False when the key was free.
    */
   forceRelease(key: string): boolean {
     const state = this.states.get(key);
     const count = state ? this.heldCount(state) : 0;
     if (!state || count === 0) return false;
-    for (const { held } of state.queue.splice(0, count)) clearTimeout(held!.expiry);
+    this.lose(state.queue.splice(0, count), new Error(`"${key}" was force-released`));
     this.grantNext(key, state);
     return true;
   }
 
-  /** Grants, in order, every waiting entry the rule lets go; frees the key when nothing is left. */
+  /** Holders taken out of their queue lose the lock: their clients forget them, then their lost signals fire. */
+  private lose(removed: QueuedEntry[], reason: Error): void {
+    for (const { held } of removed) clearTimeout(held!.expiry);
+    for (const { entry } of removed) entry.onLost?.();
+    for (const { held } of removed) held!.lost.abort(reason);
+  }
+
+  /**
+   * Grants, in order, every waiting entry the rule lets go, then tells them: a client told may
+   * release or put entries at once, so the queue is left whole first. Frees the key when nothing is left.
+   */
   private grantNext(key: string, state: KeyState): void {
     const { queue } = state;
     let ahead = 0;
     let writesAhead = 0;
+    let granted: QueuedEntry[] | undefined;
     for (let i = 0; i < queue.length; i++) {
       const queued = queue[i];
       if (!queued.held && queued.entry.cancelled) {
@@ -147,12 +166,13 @@ export class MemoryLockStore {
       if (!queued.held) {
         if (!mayGo(queued.entry.mode, queued.entry.limit, ahead, writesAhead)) break;
         queued.held = this.grant(key, queued);
-        queued.entry.onGrant!(queued.held.grant);
+        (granted ??= []).push(queued);
       }
       ahead++;
       if (queued.entry.mode === 'write') writesAhead++;
     }
     if (queue.length === 0) this.states.delete(key);
+    if (granted) for (const { entry, held } of granted) entry.onGrant!(held!.grant);
   }
 
   /** A new entry may go at once only when nobody waits (FIFO) and the rule lets it pass the holders. */
@@ -200,12 +220,7 @@ export class MemoryLockStore {
   }
 
   private expireAfter(key: string, owner: string, ttlMs: number): NodeJS.Timeout {
-    const timer = setTimeout(() => {
-      const held = this.find(key, owner)?.held;
-      if (!held) return;
-      held.lost.abort(new Error(`lease of "${key}" expired after ${ttlMs} ms`));
-      this.release(key, owner);
-    }, ttlMs);
+    const timer = setTimeout(() => this.revoke(key, owner, new Error(`lease of "${key}" expired after ${ttlMs} ms`)), ttlMs);
     timer.unref();
     return timer;
   }

@@ -1,10 +1,17 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { MemoryLockBackend, MemoryLockStore, type LockGrant } from '../../../lib';
+import { LocalQueueBackend, LockConfigError, MemoryLockBackend, MemoryLockStore, type LockGrant } from '../../../lib';
 
 const request = (owner: string, signal = new AbortController().signal) => ({ key: 'k', owner, ttlMs: 30_000, signal });
+const read = (owner: string, ttlMs = 30_000) => ({ ...request(owner), mode: 'read' as const, ttlMs });
+const permit = (owner: string, limit = 2) => ({ ...request(owner), mode: 'permit' as const, limit });
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe('memory backend', () => {
+  it('is a driver on the exported LocalQueueBackend, as a custom backend would be', () => {
+    assert.ok(new MemoryLockBackend() instanceof LocalQueueBackend);
+  });
+
   it('keeps FIFO order across queue compaction with 5000 waiters, some of whom gave up', async () => {
     const backend = new MemoryLockBackend();
     let current = await backend.acquire(request('holder'));
@@ -56,7 +63,66 @@ describe('memory backend', () => {
     assert.equal(first.lost.aborted, true);
     assert.equal(await backend.renew(first, 1_000), false);
     const second = await backend.acquire(request('b'));
-    assert.equal(second.fencingToken, first.fencingToken + 1n);
+    // Tokens are batch tokens, (entry token << 16) + turn: the next entry's token is the store's next fence.
+    assert.equal(second.fencingToken >> 16n, (first.fencingToken >> 16n) + 1n);
+    assert.ok(second.fencingToken > first.fencingToken);
+    await backend.close();
+  });
+
+  it('serves the readers of one client under one entry, and each permit caller under an entry of its own', async () => {
+    const store = new MemoryLockStore();
+    const [a, b] = [new MemoryLockBackend(store), new MemoryLockBackend(store)];
+    const readers = await Promise.all([a.acquire(read('r1')), a.acquire(read('r2')), b.acquire(read('r3'))]);
+    const view = await a.inspect('k');
+    assert.equal(view.mode, 'read');
+    assert.equal(view.holders?.length, 2, 'one entry per client');
+    for (const grant of readers) await (readers.indexOf(grant) < 2 ? a : b).release(grant);
+    assert.equal((await a.inspect('k')).held, false);
+
+    const permits = [a.acquire(permit('p1')), a.acquire(permit('p2')), a.acquire(permit('p3'))];
+    const [p1, p2] = await Promise.all(permits.slice(0, 2));
+    const full = await a.inspect('k');
+    assert.equal(full.holders?.length, 2);
+    assert.equal(full.waiting, 1);
+    await a.release(p1);
+    const p3 = await permits[2];
+    assert.ok(p3.fencingToken > p2.fencingToken);
+    await assert.rejects(b.acquire(permit('p4', 3)), (error: unknown) => error instanceof LockConfigError && /limit 2/.test(error.message) && /limit 3/.test(error.message));
+    await a.close();
+    await b.close();
+  });
+
+  it("keeps a read entry's lease at the longest any of its holders was given", async () => {
+    const backend = new MemoryLockBackend();
+    const [long, short] = await Promise.all([backend.acquire(read('long', 1_000)), backend.acquire(read('short', 1_000))]);
+    assert.equal(await backend.renew(short, 40), true);
+    await sleep(80);
+    assert.equal(long.lost.aborted, false, 'a renewal for one reader shortened the lease of another');
+    assert.equal(await backend.renew(long, 1_000), true);
+    await backend.release(short);
+    await backend.release(long);
+    assert.equal((await backend.inspect('k')).held, false);
+    await backend.close();
+  });
+
+  it('a lost entry loses every holder of its batch, and its waiting callers put a new entry', async () => {
+    const backend = new MemoryLockBackend();
+    const readers = await Promise.all([backend.acquire(read('r1', 30)), backend.acquire(read('r2', 30))]);
+    await sleep(80);
+    assert.deepEqual(readers.map((grant) => grant.lost.aborted), [true, true]);
+    assert.equal(await backend.renew(readers[1], 1_000), false);
+
+    const holder = await backend.acquire({ ...request('w1'), ttlMs: 30 });
+    // Asked in the holder's tick: it waits in the holder's batch, under the entry about to be lost.
+    const next = backend.acquire(request('w2'));
+    await sleep(80);
+    assert.equal(holder.lost.aborted, true);
+    const granted = await next;
+    assert.ok(granted.fencingToken >> 16n > holder.fencingToken >> 16n, 'the waiter was served under the lost entry');
+    assert.equal((await backend.inspect('k')).holder?.fencingToken, granted.fencingToken);
+    assert.equal(await backend.forceRelease('k'), true);
+    assert.equal(granted.lost.aborted, true, 'a forced release is told at once');
+    await backend.release(granted);
     await backend.close();
   });
 });
