@@ -2,10 +2,10 @@ import type { LockBackend } from '../../lib';
 import { MemoryLockBackend } from '../../lib/backends/memory/memory.backend';
 
 /**
- * What a built-in backend tells the core of its own acquire and release (BuiltInBackend): not
- * true of calls replaced here, so the wrapper claims none of it, as a custom backend would.
+ * What a built-in backend tells the core of its own release (BuiltInBackend): not true of calls
+ * replaced here, so the wrapper claims none of it, as a custom backend would.
  */
-const BUILT_IN_CLAIMS: ReadonlySet<PropertyKey> = new Set(['settlesStoppedWaits', 'boundedRelease']);
+const BUILT_IN_CLAIMS: ReadonlySet<PropertyKey> = new Set(['boundedRelease']);
 
 /**
  * A real memory backend with some calls replaced, to make the service meet a server that
