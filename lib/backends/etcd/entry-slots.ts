@@ -3,10 +3,10 @@
  * named is known to be deleted, rather than an id unique to each entry.
  *
  * Why: etcd keeps the index of every deleted key until the cluster is compacted (standalone etcd
- * does not compact unless told to), and every range over a lock name walks all of them. With a
- * new key name per entry, each acquisition of a busy name made the next one slower: 2.2x the
- * cycle time of a fresh name after about 7,000 cycles (measured on etcd 3.4). Reused names keep the
- * index of a name as small as the number of entries the process ever had in flight at once.
+ * does not compact unless told to), and every range over a lock name walks all of them, so a new
+ * key name per entry makes each acquisition of a busy name slower than the last (docs/etcd.md).
+ * Reused names keep the index of a name as small as the number of entries the process ever had
+ * in flight at once.
  */
 export class EntrySlot {
   private done = false;

@@ -4,9 +4,9 @@ import { BoundedCalls } from '../bounded-calls';
 import { explainTlsError, moreTellingTlsError } from '../tls-errors';
 
 /**
- * Requests of one backend at etcd at once. A burst of a thousand acquisitions of distinct names
- * sent at once makes etcd answer "request timed out" and etcd3 then resets the connection under
- * every other call (measured: 77 of 1000 failed); queued here, they go through in turn.
+ * Requests of one backend at etcd at once: a burst of distinct names sent all at once makes etcd
+ * answer "request timed out", and etcd3 then resets the connection under the other calls
+ * (docs/etcd.md, "In number"); queued here, they go through in turn.
  */
 export const MAX_IN_FLIGHT = 64;
 
