@@ -53,7 +53,7 @@ export {
 export type { AcquireRequest, EntryMode, LockBackend, LockGrant, LockHolder, LockInspection } from './backends/lock-backend.interface';
 export { MemoryLockBackend } from './backends/memory/memory.backend';
 export { MemoryLockStore } from './backends/memory/memory-lock-store';
-export type { RedisBackendOptions, RedisClientLike } from './backends/redis/redis-options';
+export type { RedisBackendOptions, RedisClientLike, RedisProtocol } from './backends/redis/redis-options';
 export type { RedlockBackendOptions } from './backends/redlock/redlock-options';
 export type { ZooKeeperAclEntry, ZooKeeperBackendOptions, ZooKeeperPermission } from './backends/zookeeper/zookeeper-options';
 export type { EtcdBackendOptions, Etcd3ClientLike } from './backends/etcd/etcd-options';
