@@ -3,9 +3,11 @@ import { processFaults } from '../support/server-faults';
 import { TcpProxy } from '../support/tcp-proxy';
 import { runFailureContract } from './failure.contract';
 
+// No queue in Redis, so no FIFO; exclusive only (docs/redis.md, "Protocol: plain").
 runFailureContract({
   name: 'redis (protocol plain)',
   fifo: false,
+  modes: false,
   async start() {
     const redis = await startRedisServer();
     const proxy = await TcpProxy.start(redis.port);
