@@ -20,7 +20,7 @@ export function assertBackendGrants(backend: LockBackend, mode: EntryMode): void
   const what = mode === 'read' ? "mode: 'read'" : 'semaphores';
   throw new LockConfigError(
     'backend',
-    `the ${backend.name} backend does not offer ${what}; choose memory, redis (with protocol 'native', the default), etcd, zookeeper or postgres for them ` +
-      '(a custom backend lists the modes it grants in LockBackend.modes).',
+    `the ${backend.name} backend does not offer ${what}; choose memory, redis, etcd, zookeeper or postgres for them ` +
+      "(redis with protocol 'native', the default; a custom backend lists the modes it grants in LockBackend.modes).",
   );
 }
