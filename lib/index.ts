@@ -56,7 +56,7 @@ export { MemoryLockStore } from './backends/memory/memory-lock-store';
 export { LocalQueueBackend, type LocalQueueBackendOptions, type ServedGrant } from './queue/local-queue-backend';
 export { Batch, batchToken, type BatchState } from './queue/batch';
 export type { BatchEntries, LocalQueues } from './queue/local-queues';
-export type { RedisBackendOptions, RedisClientLike } from './backends/redis/redis-options';
+export type { RedisBackendOptions, RedisClientLike, RedisProtocol } from './backends/redis/redis-options';
 export type { RedlockBackendOptions } from './backends/redlock/redlock-options';
 export type { ZooKeeperAclEntry, ZooKeeperBackendOptions, ZooKeeperPermission } from './backends/zookeeper/zookeeper-options';
 export type { EtcdBackendOptions, Etcd3ClientLike } from './backends/etcd/etcd-options';

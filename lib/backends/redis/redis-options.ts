@@ -38,7 +38,20 @@ export interface RedisBackendOptions {
    * (see docs/redis.md, "When the server is down").
    */
   options?: Record<string, unknown>;
+  /**
+   * How the lock is laid out in Redis. `'native'` (the default): this library's FIFO queue with
+   * direct handoff, read locks and semaphores, keys under a `{name}` hash tag. `'plain'`: the
+   * plain lock of the Redis documentation, the key `<keyPrefix><name>` itself taken with
+   * `SET key value NX PX ttl` and released by compare-and-delete, so that other clients of that
+   * lock (redis-py's `Lock`, go-redsync, Spring's RedisLockRegistry) and this library exclude
+   * each other. Plain gives up FIFO and read locks/semaphores (docs/redis.md, "Protocol: plain").
+   */
+  protocol?: RedisProtocol;
 }
+
+/** See RedisBackendOptions.protocol. */
+export type RedisProtocol = 'native' | 'plain';
+const PROTOCOLS: readonly RedisProtocol[] = ['native', 'plain'];
 
 const BUILD_FIELDS = ['url', 'options'] as const;
 
@@ -47,7 +60,7 @@ const SCHEMELESS_ADDRESS = /^(?:[\w.-]+|\[[\da-fA-F:.]+\])(?::\d{1,5})?(?:\/\d+)
 
 /** Checks the options before any connection is made; the error names the option to change. */
 export function validateRedisOptions(options: RedisBackendOptions): void {
-  allowOnlyFields('redis', options, ['url', 'client', 'options']);
+  allowOnlyFields('redis', options, ['url', 'client', 'options', 'protocol']);
   const { url, client, options: clientOptions } = options;
   if (url === undefined && client === undefined && clientOptions === undefined) {
     throw new LockConfigError('backend.url', "the redis backend needs one of url, client or options, e.g. { type: 'redis', url: 'redis://127.0.0.1:6379' }.");
@@ -58,6 +71,9 @@ export function validateRedisOptions(options: RedisBackendOptions): void {
   }
   if (clientOptions !== undefined && (typeof clientOptions !== 'object' || clientOptions === null || Array.isArray(clientOptions))) {
     throw new LockConfigError('backend.options', 'must be an ioredis options object.');
+  }
+  if (options.protocol !== undefined && !PROTOCOLS.includes(options.protocol)) {
+    throw new LockConfigError('backend.protocol', `must be 'native' (the default) or 'plain', got ${JSON.stringify(options.protocol)}.`);
   }
 }
 

@@ -5,5 +5,8 @@ export const redisBackend = defineBackend<RedisBackendOptions>({
   type: 'redis',
   validate: validateRedisOptions,
   // Imported only when chosen, so an app on another backend never loads this code or ioredis.
-  create: async (options, settings) => (await import('./redis.backend')).createRedisBackend(options, settings),
+  create: async (options, settings) =>
+    options.protocol === 'plain'
+      ? (await import('./plain/redis-plain.backend')).createRedisPlainBackend(options, settings)
+      : (await import('./redis.backend')).createRedisBackend(options, settings),
 });

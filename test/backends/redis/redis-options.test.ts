@@ -22,6 +22,8 @@ describe('redis backend options', () => {
       [{ type: 'redis', uri: 'redis://127.0.0.1:1' }, 'backend.uri'],
       [{ type: 'redis', url: 'unix:///run/redis.sock' }, 'backend.url'],
       [{ type: 'redis', url: '127.0.0.1:6379 ' }, 'backend.url'],
+      [{ type: 'redis', url: 'redis://127.0.0.1:1', protocol: 'simple' }, 'backend.protocol'],
+      [{ type: 'redis', url: 'redis://127.0.0.1:1', protocl: 'plain' }, 'backend.protocl'],
     ];
     for (const [options, option] of cases) {
       await assert.rejects(createBackend(options as BackendOptions), (error: unknown) => {
