@@ -17,6 +17,8 @@ export function assertCovers(name: string, held: EntryMode, requested: EntryMode
 /** A read lock or a semaphore on a backend that grants only the exclusive lock fails before any I/O. */
 export function assertBackendGrants(backend: LockBackend, mode: EntryMode): void {
   if (mode === 'write' || backend.modes?.includes(mode)) return;
+  const refusal = backend.modeRefusal?.(mode);
+  if (refusal) throw new LockConfigError('backend', refusal);
   const what = mode === 'read' ? "mode: 'read'" : 'semaphores';
   throw new LockConfigError(
     'backend',

@@ -7,6 +7,12 @@ const { existsSync } = require('node:fs');
 /** package -> how to tell it is installed. Backends add their server here. */
 const SERVERS = [
   { package: 'zookeeper', installed: () => existsSync('/usr/share/java/zookeeper.jar') && onPath('java') },
+  // Apache Curator (recipes, with framework and client as its dependencies) and a compiler: the
+  // other side of the protocol 'curator' tests is a small Java program compiled at test time.
+  { package: 'libcurator-recipes-java', installed: () => existsSync('/usr/share/java/curator-recipes.jar') },
+  { package: 'libcurator-framework-java', installed: () => existsSync('/usr/share/java/curator-framework.jar') },
+  { package: 'libcurator-client-java', installed: () => existsSync('/usr/share/java/curator-client.jar') },
+  { package: 'default-jdk-headless', installed: () => onPath('javac') },
   { package: 'redis-server', installed: () => onPath('redis-server') },
   { package: 'etcd-server', installed: () => onPath('etcd') },
   // etcdctl: the other side of the etcd interoperability tests (its `lock` is Go's concurrency.Mutex).

@@ -55,6 +55,13 @@ export interface LockBackend {
   readonly modes?: readonly EntryMode[];
 
   /**
+   * Why this backend, as configured, does not grant `mode` (one it leaves out of `modes`), naming
+   * the option to change: LockService's refusal says this instead of its generic message. Omitted:
+   * the generic message.
+   */
+  modeRefusal?(mode: EntryMode): string | undefined;
+
+  /**
    * How far the server's clock may run ahead of ours over a lease of `ttlMs`, when a backend
    * allows more than the library's own (1% + 2 ms): every local deadline is that much earlier.
    */

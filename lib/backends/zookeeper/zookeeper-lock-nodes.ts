@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { EntryMode } from '../lock-backend.interface';
 import { ZkCode, zkCode, zxidOf } from './zookeeper-client';
 import type { LockParents } from './zookeeper-parents';
-import { protectedPrefix } from './zookeeper-paths';
+import { entryPrefix, type NodeLayout } from './zookeeper-protocol';
 import type { ZooKeeperSession } from './zookeeper-session';
 import { AttemptAgain, repeatOnConnectionLoss } from './zookeeper-wait';
 
@@ -24,6 +24,7 @@ export class LockNodes {
   constructor(
     private readonly parents: LockParents,
     private readonly rootPath: string,
+    private readonly layout: NodeLayout,
   ) {}
 
   /**
@@ -31,10 +32,10 @@ export class LockNodes {
    * client has not seen it] + [create the node and touch the parent, one transaction], pipelined
    * on the session (the server answers in order). `children` is known without asking when the
    * node has no siblings (alone, it holds the lock); otherwise the caller lists them. The node's
-   * name marks its mode (protectedPrefix); `owner` is its data.
+   * name marks its mode (entryPrefix, by the layout); `owner` is its data.
    */
-  async create(session: ZooKeeperSession, parent: string, owner: string, mode?: EntryMode, limit?: number): Promise<{ node: LockNode; children?: string[] }> {
-    const prefix = protectedPrefix(randomUUID(), mode, limit);
+  async create(session: ZooKeeperSession, parent: string, owner: string, mode: EntryMode = 'write', limit?: number): Promise<{ node: LockNode; children?: string[] }> {
+    const prefix = entryPrefix(this.layout, randomUUID(), mode, limit);
     const data = Buffer.from(owner);
     for (let round = 1; ; round++) {
       const ensured = this.parents.isKnown(parent)

@@ -3,6 +3,7 @@ import { MAX_TIMER_MS } from '../../lock-defaults';
 import { assertMilliseconds } from '../../option-checks';
 import { allowOnlyFields } from '../option-checks';
 import { invalidPathReason } from './zookeeper-paths';
+import type { CuratorRecipe, NodeLayout, ZooKeeperProtocol } from './zookeeper-protocol';
 
 /** A ZooKeeper permission, as in `setAcl`: r, w, c, d, a. */
 export type ZooKeeperPermission = 'read' | 'write' | 'create' | 'delete' | 'admin';
@@ -36,9 +37,20 @@ export interface ZooKeeperBackendOptions {
   acl?: ZooKeeperAclEntry[];
   /** The node under which every lock name gets its parent node. Default '/distributed-lock'. */
   rootPath?: string;
+  /**
+   * The lock nodes' layout. 'native' (default): this backend's, with read locks and semaphores.
+   * 'curator': Apache Curator's (`curatorRecipe`), so that Java services locking the same path
+   * with Curator and this backend exclude each other; no semaphores.
+   */
+  protocol?: ZooKeeperProtocol;
+  /**
+   * With protocol 'curator': the recipe the Java side uses on the lock's path. Default
+   * 'InterProcessMutex' (exclusive locks only); 'InterProcessReadWriteLock' adds mode 'read'.
+   */
+  curatorRecipe?: CuratorRecipe;
 }
 
-export interface ResolvedZooKeeperOptions {
+export interface ResolvedZooKeeperOptions extends NodeLayout {
   readonly connectionString: string;
   /** The servers as errors name them: 'host:port,host:port' (the chroot and nothing secret). */
   readonly address: string;
@@ -51,7 +63,9 @@ export interface ResolvedZooKeeperOptions {
 
 export const DEFAULT_ZOOKEEPER_ROOT_PATH = '/distributed-lock';
 const DEFAULT_PORT = 2181;
-const FIELDS = ['connectionString', 'sessionTimeoutMs', 'auth', 'acl', 'rootPath'];
+const FIELDS = ['connectionString', 'sessionTimeoutMs', 'auth', 'acl', 'rootPath', 'protocol', 'curatorRecipe'];
+const PROTOCOLS: readonly ZooKeeperProtocol[] = ['native', 'curator'];
+const CURATOR_RECIPES: readonly CuratorRecipe[] = ['InterProcessMutex', 'InterProcessReadWriteLock'];
 const OPEN_ACL: ZooKeeperAclEntry[] = [{ scheme: 'world', id: 'anyone', permissions: 'all' }];
 const PERMISSIONS: readonly ZooKeeperPermission[] = ['read', 'write', 'create', 'delete', 'admin'];
 const ACL_SCHEMES = ['world', 'auth', 'digest', 'ip'];
@@ -94,7 +108,21 @@ export function resolveZooKeeperOptions(options: ZooKeeperBackendOptions): Resol
   if (rootPath === '/zookeeper' || rootPath.startsWith('/zookeeper/')) {
     throw new LockConfigError('backend.rootPath', '/zookeeper is reserved by the server.');
   }
-  return { connectionString, address, sessionTimeoutMs, auth, acl, rootPath };
+  return { connectionString, address, sessionTimeoutMs, auth, acl, rootPath, ...layoutOf(options) };
+}
+
+function layoutOf({ protocol = 'native', curatorRecipe }: ZooKeeperBackendOptions): NodeLayout {
+  if (!PROTOCOLS.includes(protocol)) {
+    throw new LockConfigError('backend.protocol', `must be 'native' or 'curator', got ${JSON.stringify(protocol)}.`);
+  }
+  if (curatorRecipe !== undefined && !CURATOR_RECIPES.includes(curatorRecipe)) {
+    throw new LockConfigError('backend.curatorRecipe', `must be 'InterProcessMutex' or 'InterProcessReadWriteLock', got ${JSON.stringify(curatorRecipe)}.`);
+  }
+  if (protocol === 'native') {
+    if (curatorRecipe !== undefined) throw new LockConfigError('backend.curatorRecipe', "applies to protocol 'curator' only: set backend.protocol: 'curator', or remove it.");
+    return { protocol };
+  }
+  return { protocol, curatorRecipe: curatorRecipe ?? 'InterProcessMutex' };
 }
 
 /**

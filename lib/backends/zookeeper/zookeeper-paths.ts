@@ -55,16 +55,21 @@ export interface QueueEntry {
   readonly limit?: number;
 }
 
-/** The mode mark and the sequence number ZooKeeper appended (10 digits), as protectedPrefix writes them. */
-const ENTRY_SUFFIX = /-(lock|read|permit([1-9]\d*))-(\d{10})$/;
+/**
+ * The mode mark and the sequence number ZooKeeper appended (10 digits): this backend's marks
+ * (protectedPrefix), which include Curator's mutex (`lock-`), and the marks of Curator's
+ * InterProcessReadWriteLock (`__READ__`, `__WRIT__`, see curatorPrefix). Every process reads every
+ * mark, so a name held through one layout is never taken through another.
+ */
+const ENTRY_SUFFIX = /(?:(?:^|-)(lock|read|permit([1-9]\d*))-|__(READ|WRIT)__)(\d{10})$/;
 
 /** The entry a node name stands for, or undefined for a node that is not a lock node. */
 export function entryOf(nodeName: string): QueueEntry | undefined {
   const match = ENTRY_SUFFIX.exec(nodeName);
   if (!match) return undefined;
-  const sequence = Number(match[3]);
-  if (match[1] === 'lock') return { name: nodeName, sequence, mode: 'write' };
-  if (match[1] === 'read') return { name: nodeName, sequence, mode: 'read' };
+  const sequence = Number(match[4]);
+  if (match[1] === 'lock' || match[3] === 'WRIT') return { name: nodeName, sequence, mode: 'write' };
+  if (match[1] === 'read' || match[3] === 'READ') return { name: nodeName, sequence, mode: 'read' };
   return { name: nodeName, sequence, mode: 'permit', limit: Number(match[2]) };
 }
 

@@ -1,5 +1,5 @@
-import { DistributedLockError } from '../../errors';
-import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
+import { DistributedLockError, LockConfigError } from '../../errors';
+import type { AcquireRequest, EntryMode, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import { LocalQueueBackend, type ServedGrant } from '../../queue/local-queue-backend';
 import type { ZkModule, ZkStat } from './zookeeper-client';
 import { ZooKeeperBatch, type QueuePlace } from './zookeeper-batch';
@@ -8,6 +8,7 @@ import { ZooKeeperInspector } from './zookeeper-inspect';
 import { LockNodes } from './zookeeper-lock-nodes';
 import { LockParents, PARENT_IDLE_MS } from './zookeeper-parents';
 import { lockNodeName } from './zookeeper-paths';
+import { modeRefusal, modesOf } from './zookeeper-protocol';
 import { QueuePlaces } from './zookeeper-queue-places';
 import { ZooKeeperRenewals } from './zookeeper-renewals';
 import type { ZooKeeperSession, ZooKeeperSessionOptions } from './zookeeper-session';
@@ -20,13 +21,15 @@ import { ZooKeeperSessions } from './zookeeper-sessions';
  * watching only the nodes whose deletion may grant it, and its own node. The callers of a write
  * batch take turns while its node holds, with no round trip between them, a read batch's all hold
  * at once; the fencing token is `(czxid << 16) + turn`. One session per backend, opened in the
- * background at creation; a node lives as long as its session.
+ * background at creation; a node lives as long as its session. With protocol 'curator' the nodes
+ * are named as Curator's InterProcessMutex or InterProcessReadWriteLock names them (NodeLayout),
+ * and the modes are the recipe's.
  */
 export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> implements LockBackend {
   readonly name = 'zookeeper';
   /** Longer keys are hashed by LockService first; lockNodeName hashes encoded names above 240 chars itself. */
   readonly maxKeyBytes = 4096;
-  readonly modes = ['write', 'read', 'permit'] as const;
+  readonly modes: readonly EntryMode[];
   private readonly sessions: ZooKeeperSessions;
   private readonly parents: LockParents;
   private readonly nodes: LockNodes;
@@ -42,16 +45,24 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
     serverTimeoutMs: number,
   ) {
     super('ZooKeeper');
+    this.modes = modesOf(options);
     this.sessions = new ZooKeeperSessions(zk, options, serverTimeoutMs);
     this.parents = new LockParents(() => this.sessions.connected('remove an idle lock name', undefined));
-    this.nodes = new LockNodes(this.parents, options.rootPath);
+    this.nodes = new LockNodes(this.parents, options.rootPath, options);
     this.places = new QueuePlaces(this.sessions, this.nodes, this.parents);
     this.inspector = new ZooKeeperInspector(this.sessions, options.rootPath);
     this.renewals = new ZooKeeperRenewals(this.sessions, options.rootPath);
   }
 
+  /** LockService refuses a mode outside `modes` with this message, before any I/O. */
+  modeRefusal(mode: EntryMode): string | undefined {
+    return modeRefusal(this.options, mode);
+  }
+
   /** Every mode joins this process's batches (LocalQueues); a permit without a valid limit is refused first. */
   override acquire(request: AcquireRequest): Promise<LockGrant> {
+    const refused = this.refusal(request);
+    if (refused) return Promise.reject(refused);
     if (request.mode === 'permit') {
       const invalid = invalidLimit(request);
       if (invalid) return Promise.reject(invalid);
@@ -60,11 +71,19 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
   }
 
   override async tryAcquire(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+    const refused = this.refusal(request);
+    if (refused) throw refused;
     if (request.mode === 'permit') {
       const invalid = invalidLimit(request);
       if (invalid) throw invalid;
     }
     return super.tryAcquire(request);
+  }
+
+  /** A caller that bypasses LockService (a custom wrapper) still gets the layout's refusal, not a node Curator would misread. */
+  private refusal(request: Pick<AcquireRequest, 'mode'>): LockConfigError | undefined {
+    const refusal = modeRefusal(this.options, request.mode ?? 'write');
+    return refusal ? new LockConfigError('backend', refusal) : undefined;
   }
 
   get address(): string {

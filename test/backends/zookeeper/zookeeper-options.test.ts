@@ -64,6 +64,10 @@ describe('ZooKeeper options', () => {
       ['backend.rootPath', { rootPath: '/\u{1F512}' }],
       ['backend.rootPath', { rootPath: 7 }],
       ['backend.sessionTimeout', { sessionTimeout: 5_000 } as never],
+      ['backend.protocol', { protocol: 'Curator' as never }],
+      ['backend.curatorRecipe', { protocol: 'curator', curatorRecipe: 'InterProcessSemaphoreV2' as never }],
+      ['backend.curatorRecipe', { curatorRecipe: 'InterProcessMutex' }],
+      ['backend.protocl', { protocl: 'curator' } as never],
     ];
     for (const [option, change] of bad) {
       const options = { ...good, ...change } as ZooKeeperBackendOptions;
@@ -80,6 +84,8 @@ describe('ZooKeeper options', () => {
     );
     assert.throws(() => createZooKeeperBackend({ ...good, sessionTimeoutMs: '10000' as never }), /must be a number, got the string "10000"/);
     assert.throws(() => createZooKeeperBackend({ ...good, sessionTimeout: 5_000 } as never), /"backend.sessionTimeout".*did you mean "backend.sessionTimeoutMs"/);
+    assert.throws(() => createZooKeeperBackend({ ...good, protocl: 'curator' } as never), /"backend.protocl".*did you mean "backend.protocol"/);
+    assert.throws(() => createZooKeeperBackend({ ...good, curatorRecipe: 'InterProcessMutex' }), /applies to protocol 'curator' only/);
     await new Promise((resolve) => setTimeout(resolve, 100));
     assert.equal(connections, 0, 'a backend with bad options connected to the server');
     assert.equal(resolveModuleOptions({ backend: good }).backend, good);
