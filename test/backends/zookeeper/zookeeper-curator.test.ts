@@ -14,6 +14,8 @@ const KEY_PREFIX = 'lock:';
 const BLOCKED_MS = 1_000;
 /** A hand-over across the two clients: one watch event and a listing, with JVM and scheduling noise on a loaded 2-core machine. */
 const HANDOVER_BOUND_MS = 2_000;
+/** The session timeout CuratorLock.java asks for (the test server allows it): a killed JVM's node lives this long. */
+const CURATOR_SESSION_MS = 10_000;
 
 /** protocol 'curator' against a real Apache Curator 5.4 client (a JVM per peer), on one real ZooKeeper server. */
 describe('ZooKeeper backend, protocol curator: interop with Apache Curator', { timeout: 180_000 }, () => {
@@ -73,6 +75,26 @@ describe('ZooKeeper backend, protocol curator: interop with Apache Curator', { t
     const delay = Date.now() - released;
     console.log(`  Curator released, we held ${delay} ms later (bound ${HANDOVER_BOUND_MS} ms)`);
     assert.ok(delay >= 0 && delay < HANDOVER_BOUND_MS, `hand-over took ${delay} ms`);
+    await handle.release();
+  });
+
+  it("takes the lock once a Curator holder's JVM is SIGKILLed: when its session expires, not before", async () => {
+    const name = newName('java-killed');
+    const java = await peer('mutex', name);
+    java.send('acquire');
+    await java.next('HOLDING', 10_000);
+    const locks = await service();
+    const ours = locks.acquire(name, { waitTimeoutMs: 30_000 });
+    const killedAt = performance.now();
+    java.kill();
+    const handle = await ours;
+    const ms = performance.now() - killedAt;
+    // Its last ping came at most a third of the timeout before the kill, so the session ends 2/3 to 3/3 of it later.
+    const earliest = Math.round((CURATOR_SESSION_MS * 2) / 3) - 500;
+    const bound = CURATOR_SESSION_MS + HANDOVER_BOUND_MS;
+    console.log(`  Curator's JVM killed while holding: we held ${Math.round(ms)} ms later (its session ${CURATOR_SESSION_MS} ms; between ${earliest} and ${bound} ms)`);
+    assert.ok(ms >= earliest, `granted ${Math.round(ms)} ms after the kill, before the holder's session could have ended`);
+    assert.ok(ms < bound, `granted ${Math.round(ms)} ms after the kill`);
     await handle.release();
   });
 
