@@ -23,6 +23,6 @@ export function assertBackendGrants(backend: LockBackend, mode: EntryMode): void
   throw new LockConfigError(
     'backend',
     `the ${backend.name} backend does not offer ${what}; choose memory, redis, etcd, zookeeper or postgres for them ` +
-      "(redis with protocol 'native', the default; a custom backend lists the modes it grants in LockBackend.modes).",
+      '(a custom backend lists the modes it grants in LockBackend.modes).',
   );
 }

@@ -4,7 +4,7 @@ import { LockBackendError } from '../../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../../lock-defaults';
 import { LocalQueueBackend } from '../../../queue/local-queue-backend';
 import type { BackendSettings } from '../../backend-definition';
-import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../../lock-backend.interface';
+import type { AcquireRequest, EntryMode, LockBackend, LockGrant, LockInspection } from '../../lock-backend.interface';
 import { RedisBatch } from '../redis-batch';
 import { BatchLeases, isLate } from '../redis-batch-leases';
 import { RedisConnections } from '../redis-connection';
@@ -32,6 +32,12 @@ export class RedisPlainLockBackend extends LocalQueueBackend<RedisBatch> impleme
   readonly maxKeyBytes = 512 * 1024 * 1024;
   /** A plain lock is exclusive only: read locks and semaphores need the native queue. */
   readonly modes = ['write'] as const;
+
+  /** Plain clients know no modes: the refusal names the protocol that has them. */
+  modeRefusal(mode: EntryMode): string {
+    const what = mode === 'read' ? "mode: 'read'" : 'semaphores';
+    return `backend.protocol 'plain' does not offer ${what} (the plain lock of other clients knows no modes): use protocol 'native' (the default) for them, or another backend: memory, redis, etcd, zookeeper or postgres.`;
+  }
   readonly address: string;
   readonly boundedRelease = true;
   /** 96 random bits: with a batch id it makes each owner id unique across processes. */
