@@ -2,7 +2,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Etcd3 } from 'etcd3';
-import { freePort } from './free-port';
+import { distinctPorts } from './free-port';
 import { ServerProcess } from './server-process';
 import type { TestCertificates } from './test-certificates';
 
@@ -196,11 +196,4 @@ export class EtcdCluster {
       port: Number(new URL(member.clientUrl).port),
     });
   }
-}
-
-/** Free ports, distinct from each other (the OS may hand one out twice in a row). */
-async function distinctPorts(count: number): Promise<number[]> {
-  const ports = new Set<number>();
-  while (ports.size < count) ports.add(await freePort());
-  return [...ports];
 }

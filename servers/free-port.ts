@@ -12,3 +12,10 @@ export function freePort(): Promise<number> {
     });
   });
 }
+
+/** Free ports, distinct from each other (the OS may hand one out twice in a row). */
+export async function distinctPorts(count: number): Promise<number[]> {
+  const ports = new Set<number>();
+  while (ports.size < count) ports.add(await freePort());
+  return [...ports];
+}

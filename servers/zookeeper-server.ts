@@ -23,7 +23,7 @@ export interface ZooKeeperServerOptions {
 }
 
 /** Debian's zookeeper package puts the server jar here; its manifest names the jars it needs. */
-const ZOOKEEPER_JAR = '/usr/share/java/zookeeper.jar';
+export const ZOOKEEPER_JAR = '/usr/share/java/zookeeper.jar';
 
 /**
  * A throwaway standalone ZooKeeper 3.8 (Debian's package) run with the machine's `java` on a free
@@ -86,7 +86,8 @@ export async function packetsReceived(port: number): Promise<number> {
   return Number(received);
 }
 
-function fourLetterWord(port: number, word: string): Promise<string> {
+/** A four-letter word's answer (the word must be in the server's `4lw.commands.whitelist`). */
+export function fourLetterWord(port: number, word: string): Promise<string> {
   return new Promise((resolve, reject) => {
     const socket = connect({ host: '127.0.0.1', port });
     let answer = '';
