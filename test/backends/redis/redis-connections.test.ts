@@ -1,17 +1,14 @@
 import assert from 'node:assert/strict';
-import { writeFile } from 'node:fs/promises';
-import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { LockBackendError, type LockBackend } from '../../../lib';
 import { Redis } from 'ioredis';
 import { redisAddress } from '../../../lib/backends/redis/redis-address';
 import { validateRedisOptions } from '../../../lib/backends/redis/redis-options';
 import { createRedisBackend, type RedisLockBackend } from '../../../lib/backends/redis/redis.backend';
-import { freePort } from '../../../servers/free-port';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
-import { ServerProcess } from '../../../servers/server-process';
-import { inTempDir } from '../../../servers/temp-dir-server';
+import { startSentinel } from '../../../servers/redis-sentinel';
+import type { ServerProcess } from '../../../servers/server-process';
 import { sleep } from '../../support/timing';
 
 const never = new AbortController().signal;
@@ -94,13 +91,7 @@ describe('redis backend connection setups', () => {
     let sentinel: ServerProcess & { stop(): Promise<void> };
     before(async () => {
       master = await startRedisServer();
-      const port = await freePort();
-      sentinel = await inTempDir('lock-sentinel-', async (dir) => {
-        // Sentinel rewrites its config file, so it lives in the temp dir.
-        const config = path.join(dir, 'sentinel.conf');
-        await writeFile(config, [`port ${port}`, 'bind 127.0.0.1', `dir ${dir}`, `sentinel monitor locks-master 127.0.0.1 ${master.port} 1`, ''].join('\n'));
-        return ServerProcess.start({ name: `redis-sentinel on 127.0.0.1:${port}`, command: 'redis-server', args: [config, '--sentinel'], port });
-      });
+      sentinel = await startSentinel({ name: 'locks-master', port: master.port });
     });
     after(async () => {
       await sentinel?.stop();
