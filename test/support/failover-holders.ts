@@ -21,7 +21,6 @@ export interface HolderRun {
  */
 export class FailoverHolders {
   private readonly processes: HolderProcess[] = [];
-  private readonly runs: HolderRun[] = [];
 
   constructor(private readonly options: () => DistributedLockModuleOptions) {}
 
@@ -35,13 +34,11 @@ export class FailoverHolders {
   /** withLock(name) in `holder` for `holdMs` (cut short by the lost signal). */
   withLock(holder: HolderProcess, label: string, name: string, holdMs: number, waitTimeoutMs = 60_000): HolderRun {
     const { entered, done, sections } = holder.withLock(name, { holdMs, waitTimeoutMs }, waitTimeoutMs + 10_000);
-    const run = { label, holdMs, entered, done, sections } as HolderRun;
-    this.runs.push(run);
-    return run;
+    return { label, holdMs, entered, done, sections };
   }
 
-  /** The sections of every run so far, as assertExclusive takes them. */
-  intervals(runs: readonly HolderRun[] = this.runs): HoldInterval[] {
+  /** The sections of `runs`, as assertExclusive takes them. */
+  intervals(runs: readonly HolderRun[]): HoldInterval[] {
     return runs.flatMap((run) =>
       run.sections().map((section) => ({ start: BigInt(section.start), end: BigInt(section.end), fencingToken: BigInt(section.fencingToken), holder: run.label })),
     );
@@ -49,7 +46,6 @@ export class FailoverHolders {
 
   async stop(): Promise<void> {
     await Promise.all(this.processes.splice(0).map((holder) => holder.stop()));
-    this.runs.splice(0);
   }
 }
 
