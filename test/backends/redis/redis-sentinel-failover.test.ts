@@ -95,7 +95,7 @@ describe('Redis backend behind Sentinel, its primary killed', { timeout: FAULT_S
     assert.ok(nextGrantMs <= TTL_MS + BOUND_MS, `p4 granted ${nextGrantMs} ms after the kill`);
   });
 
-  it('the replica had missed the locks (replication held back): measured, holders are told at their next renewal on the new primary, fences go back', async (t) => {
+  it('the replica had missed the locks (cut off before them): the holder is told at its next renewal on the new primary, before its lease ends; every waiter is served (the overlap and the fence are measured)', async (t) => {
     const { holder, keptWaiters, leaving, next, outcomes, promotedAfterMs, firstGrant, killedAt } = await failover({ lagging: true, holdMs: 2 * TTL_MS });
     const [held] = holder.sections();
     const lostAtMs = msAfter(held.end, killedAt);
