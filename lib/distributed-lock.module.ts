@@ -9,6 +9,7 @@ import {
 } from './distributed-lock.module-definition';
 import { backendSettings, resolveModuleOptions, type DistributedLockModuleOptions, type ResolvedModuleOptions } from './lock-options';
 import { RESOLVED_LOCK_OPTIONS } from './lock-options.token';
+import { BootDoctor } from './doctor/boot-doctor';
 import { DistributedLockHealthIndicator } from './health/distributed-lock.health';
 import { LockService } from './lock.service';
 
@@ -30,6 +31,7 @@ import { LockService } from './lock.service';
     },
     LockService,
     DistributedLockHealthIndicator,
+    BootDoctor,
   ],
   exports: [LockService, DistributedLockHealthIndicator],
 })

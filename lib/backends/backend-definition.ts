@@ -1,3 +1,4 @@
+import type { DoctorReport } from './backend-doctor';
 import type { LockBackend } from './lock-backend.interface';
 
 /** What the module knows when it builds a backend: the defaults a session-based backend follows. */
@@ -21,6 +22,12 @@ export interface BackendDefinition<Options extends { type: string }> {
    * the server: a backend connects in the background and bounds its first calls instead.
    */
   create(options: Options, settings: BackendSettings): LockBackend | Promise<LockBackend>;
+  /**
+   * The lock doctor's checks of the server's configuration (lib/doctor): reads only, on a
+   * connection of its own that it closes (or on a supplied client, left as it is). Loads its
+   * client library only when run. Resolves with what it found, a server it could not reach included.
+   */
+  doctor(options: Options, settings: BackendSettings): Promise<DoctorReport>;
 }
 
 /** Types a definition without widening its `type` literal. */

@@ -1,4 +1,5 @@
 import { defineBackend } from '../backend-definition';
+import { Diagnosis } from '../backend-doctor';
 import { allowOnlyFields } from '../option-checks';
 import { MemoryLockBackend } from './memory.backend';
 
@@ -11,4 +12,9 @@ export const memoryBackend = defineBackend<MemoryBackendOptions>({
   type: 'memory',
   validate: (options) => allowOnlyFields('memory', options, []),
   create: () => new MemoryLockBackend(),
+  doctor: async () => {
+    const diagnosis = new Diagnosis('memory');
+    diagnosis.note('the memory backend is process-local: there is no server to check, and its locks exclude callers in this process only');
+    return diagnosis.report();
+  },
 });
