@@ -26,7 +26,7 @@ export async function doctorRedlock(options: RedlockBackendOptions, settings: Ba
 
 function checkIndependence(diagnosis: Diagnosis, identities: RedisIdentity[], count: number): void {
   const sameServer = groupsBy(identities, (identity) => identity.runId);
-  const sameGroup = groupsBy(identities, (identity) => identity.replicationId).filter((group) => !sameServer.some((same) => sameMembers(same, group)));
+  const sameGroup = replicationGroups(identities).filter((group) => !sameServer.some((same) => sameMembers(same, group)));
   const majority = Math.floor(count / 2) + 1;
   for (const group of sameServer) {
     const names = group.map((identity) => identity.server).join(' and ');
@@ -45,7 +45,7 @@ function checkIndependence(diagnosis: Diagnosis, identities: RedisIdentity[], co
       check: 'redlock-independence',
       severity: 'error',
       server: group.map((identity) => identity.server).join(' and '),
-      found: `masters ${names} replicate each other (master_replid ${group[0].replicationId})`,
+      found: `masters ${names} replicate each other`,
       consequence: `replication is asynchronous: a failover or resync among them moves or loses a grant on ${group.length} votes at once, so a majority of ${count} is not independent votes`,
       fix: 'use independent Redis servers as Redlock masters: no replicaof between them; for a replicated Redis use the redis backend instead',
     });
@@ -56,6 +56,28 @@ function checkIndependence(diagnosis: Diagnosis, identities: RedisIdentity[], co
 /** A master's URL without its scheme and credentials: 'host:port' or 'host:port/db'. */
 function urlLabel(url: string): string {
   return url.replace(/^rediss?:\/\//i, '').replace(/^[^@/]*@/, '').replace(/\/$/, '');
+}
+
+/**
+ * Masters in one replication group: the same master_replid (a replica that has synced), or a
+ * replica naming another master's address as its primary (one still syncing, or cut off).
+ */
+function replicationGroups(identities: RedisIdentity[]): RedisIdentity[][] {
+  const groupOf = new Map<RedisIdentity, RedisIdentity[]>(identities.map((identity) => [identity, [identity]]));
+  const join = (a: RedisIdentity, b: RedisIdentity) => {
+    const [first, second] = [groupOf.get(a)!, groupOf.get(b)!];
+    if (first === second) return;
+    first.push(...second);
+    for (const member of second) groupOf.set(member, first);
+  };
+  const hostPort = (server: string) => server.replace(/\/\d+$/, '');
+  for (const a of identities) {
+    for (const b of identities) {
+      if (a === b) continue;
+      if ((a.replicationId !== undefined && a.replicationId === b.replicationId) || (a.primary !== undefined && a.primary === hostPort(b.server))) join(a, b);
+    }
+  }
+  return [...new Set(groupOf.values())].filter((group) => group.length > 1);
 }
 
 /** Groups of two or more identities sharing a defined `key`. */
