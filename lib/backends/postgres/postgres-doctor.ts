@@ -22,7 +22,8 @@ interface Settings {
 /**
  * What PostgreSQL lets the backend's own role read: the settings that decide whether a committed
  * grant and a sequence value survive a crash, as the sessions the backend opens see them (a
- * setting per database or role included), and the server's clock.
+ * setting per database or role included), and the server's clock. synchronous_commit is read
+ * but is no finding: the backend's statements set it on for themselves.
  */
 export async function doctorPostgres(options: PostgresBackendOptions, settings: BackendSettings): Promise<DoctorReport> {
   const poolSettings = (options.pool as { options?: { connectionString?: string; host?: string; port?: number } } | undefined)?.options;
@@ -41,9 +42,14 @@ export async function doctorPostgres(options: PostgresBackendOptions, settings: 
   const lost = 'a crash of the server or its machine can lose committed grants and sequence values: a held lock is granted again, and a fencing token can be handed out twice';
   if (row.fsync === 'on') diagnosis.pass(server, 'fsync is on');
   else diagnosis.find({ check: 'fsync', severity: 'error', server, found: 'fsync is off', consequence: `${lost}, and the database itself can be corrupted`, fix: 'fsync = on (postgresql.conf, then reload)' });
-  // Every value but off waits for the local WAL flush; only off can lose a commit it acknowledged.
-  if (row.synchronous_commit !== 'off') diagnosis.pass(server, `synchronous_commit is ${row.synchronous_commit}`);
-  else diagnosis.find({ check: 'synchronous_commit', severity: 'error', server, found: 'synchronous_commit is off', consequence: `commits are acknowledged before they are on disk: ${lost}`, fix: 'synchronous_commit = on (postgresql.conf, or ALTER ROLE / ALTER DATABASE ... SET synchronous_commit = on where it was set)' });
+  // The backend's lock statements set synchronous_commit = on for their own transaction
+  // (DURABLE_CTE, docs/postgres.md): a server or role default of off does not reach its grants.
+  diagnosis.pass(
+    server,
+    row.synchronous_commit === 'off'
+      ? 'synchronous_commit is off for these sessions, and every lock statement sets it on for its own transaction: grants are durable'
+      : `synchronous_commit is ${row.synchronous_commit}`,
+  );
   if (row.full_page_writes === 'on') diagnosis.pass(server, 'full_page_writes is on');
   else diagnosis.find({ check: 'full_page_writes', severity: 'error', server, found: 'full_page_writes is off', consequence: 'a crash mid-write can leave torn pages that recovery cannot repair: the lock tables and their sequence can be corrupted', fix: 'full_page_writes = on (postgresql.conf, then reload)' });
   if (row.standby) {
