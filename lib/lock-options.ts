@@ -2,7 +2,7 @@ import type { BackendSettings } from './backends/backend-definition';
 import type { EntryMode } from './backends/lock-backend.interface';
 import { validateBackendOptions, type BackendOptions } from './backends/registry';
 import { LockConfigError } from './errors';
-import { DEFAULT_KEY_PREFIX, DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS, DEFAULT_WAIT_TIMEOUT_MS, MAX_TIMER_MS } from './lock-defaults';
+import { DEFAULT_KEY_PREFIX, DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS, DEFAULT_WAIT_TIMEOUT_MS, defaultHolderDescription, MAX_HOLDER_DESCRIPTION_LENGTH, MAX_TIMER_MS } from './lock-defaults';
 import { assertMilliseconds, rejectUnknownFields } from './option-checks';
 
 export { DEFAULT_KEY_PREFIX, DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS, DEFAULT_WAIT_TIMEOUT_MS, MAX_TIMER_MS };
@@ -107,6 +107,12 @@ export interface DistributedLockModuleOptions extends LockOptions {
    * no checks. The CLI `npx nest-distributed-lock doctor` runs the same checks.
    */
   doctor?: DoctorMode;
+  /**
+   * How inspect() names this process as a lock's holder, e.g. a pod name. Default
+   * `'<host name> pid <pid>'`. At most 256 characters. Stored once per session, never per lock:
+   * see the README, "Inspect", for the backends that keep it.
+   */
+  holderDescription?: string;
 }
 
 /** See DistributedLockModuleOptions.doctor. */
@@ -141,6 +147,7 @@ export interface ResolvedModuleOptions extends ResolvedRunOptions {
   readonly metricsRegistry: MetricsRegistry | null | undefined;
   readonly tracing: boolean;
   readonly doctor: DoctorMode;
+  readonly holderDescription: string;
 }
 
 /** The options a call may give (@WithLock, withLock, acquire, tryAcquire); `signal` where it waits. */
@@ -149,7 +156,7 @@ const LOCK_OPTION_FIELDS = [...LEASE_OPTION_FIELDS, 'mode'];
 const ACQUIRE_OPTION_FIELDS = [...LOCK_OPTION_FIELDS, 'signal'];
 const RUN_FIELDS = [...LOCK_OPTION_FIELDS, 'onTimeout', 'minHoldMs'];
 const WITH_LOCK_FIELDS = [...RUN_FIELDS, 'signal'];
-const MODULE_OPTION_FIELDS = [...LEASE_OPTION_FIELDS, 'backend', 'keyPrefix', 'serverTimeoutMs', 'metrics', 'tracing', 'doctor'];
+const MODULE_OPTION_FIELDS = [...LEASE_OPTION_FIELDS, 'backend', 'keyPrefix', 'serverTimeoutMs', 'metrics', 'tracing', 'doctor', 'holderDescription'];
 /** A semaphore call's fields: a lock call's without `mode`; `signal` where it waits, as for locks. */
 export const SEMAPHORE_RUN_FIELDS: readonly string[] = WITH_LOCK_FIELDS.filter((field) => field !== 'mode');
 export const SEMAPHORE_DECORATOR_FIELDS: readonly string[] = RUN_FIELDS.filter((field) => field !== 'mode');
@@ -200,6 +207,10 @@ export function resolveModuleOptions(options: DistributedLockModuleOptions = {})
   if (typeof tracing !== 'boolean') throw new LockConfigError('tracing', `must be true or false, got ${String(tracing)}.`);
   const doctor = options.doctor ?? 'warn';
   if (doctor !== 'warn' && doctor !== 'fail' && doctor !== 'off') throw new LockConfigError('doctor', `must be 'warn' (the default), 'fail' or 'off', got ${JSON.stringify(doctor)}.`);
+  const holderDescription = options.holderDescription ?? defaultHolderDescription();
+  if (typeof holderDescription !== 'string' || holderDescription === '' || holderDescription.length > MAX_HOLDER_DESCRIPTION_LENGTH) {
+    throw new LockConfigError('holderDescription', `must be a non-empty string of at most ${MAX_HOLDER_DESCRIPTION_LENGTH} characters, e.g. a pod name, got ${JSON.stringify(holderDescription)}.`);
+  }
   return {
     ...DEFAULT_LOCK_OPTIONS,
     ...resolveLockOptions(options, DEFAULT_LOCK_OPTIONS, MODULE_OPTION_FIELDS),
@@ -209,6 +220,7 @@ export function resolveModuleOptions(options: DistributedLockModuleOptions = {})
     metricsRegistry: metricsRegistryOf(options.metrics),
     tracing,
     doctor,
+    holderDescription,
   };
 }
 
@@ -229,7 +241,7 @@ function metricsRegistryOf(metrics: DistributedLockModuleOptions['metrics']): Me
 
 /** What a backend built by the module follows (see BackendSettings). */
 export function backendSettings(options: ResolvedModuleOptions): BackendSettings {
-  return { ttlMs: options.ttlMs, serverTimeoutMs: options.serverTimeoutMs };
+  return { ttlMs: options.ttlMs, serverTimeoutMs: options.serverTimeoutMs, holderDescription: options.holderDescription, keyPrefix: options.keyPrefix };
 }
 
 /** The defaults of every per-call option, before the module's options apply. */

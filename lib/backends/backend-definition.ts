@@ -7,6 +7,14 @@ export interface BackendSettings {
   readonly ttlMs: number;
   /** The module's `serverTimeoutMs`: how long a connection or a request may go unanswered. */
   readonly serverTimeoutMs: number;
+  /**
+   * The module's `holderDescription` (host name and pid by default): stored once per session
+   * where a backend keeps sessions at the server (etcd), shown by inspect() with each holder.
+   * Optional for backends built outside the module.
+   */
+  readonly holderDescription?: string;
+  /** The module's `keyPrefix`: what the backend's records beside the locks are kept under (etcd's holder descriptions). */
+  readonly keyPrefix?: string;
 }
 
 /**

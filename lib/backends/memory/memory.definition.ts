@@ -11,7 +11,7 @@ export interface MemoryBackendOptions {
 export const memoryBackend = defineBackend<MemoryBackendOptions>({
   type: 'memory',
   validate: (options) => allowOnlyFields('memory', options, []),
-  create: () => new MemoryLockBackend(),
+  create: (_options, settings) => new MemoryLockBackend(undefined, settings.holderDescription),
   doctor: async () => {
     const diagnosis = new Diagnosis('memory');
     diagnosis.note('the memory backend is process-local: there is no server to check, and its locks exclude callers in this process only');
