@@ -9,6 +9,7 @@ import {
 } from './distributed-lock.module-definition';
 import { backendSettings, resolveModuleOptions, type DistributedLockModuleOptions, type ResolvedModuleOptions } from './lock-options';
 import { RESOLVED_LOCK_OPTIONS } from './lock-options.token';
+import { BootDoctor, refuseUnfitServers } from './doctor/boot-doctor';
 import { DistributedLockHealthIndicator } from './health/distributed-lock.health';
 import { LockService } from './lock.service';
 
@@ -26,10 +27,14 @@ import { LockService } from './lock.service';
     {
       provide: LOCK_BACKEND,
       inject: [RESOLVED_LOCK_OPTIONS],
-      useFactory: (options: ResolvedModuleOptions) => createBackend(options.backend, backendSettings(options)),
+      useFactory: async (options: ResolvedModuleOptions) => {
+        await refuseUnfitServers(options);
+        return createBackend(options.backend, backendSettings(options));
+      },
     },
     LockService,
     DistributedLockHealthIndicator,
+    BootDoctor,
   ],
   exports: [LockService, DistributedLockHealthIndicator],
 })

@@ -135,6 +135,25 @@ export class LockConfigError extends DistributedLockError {
 }
 
 /**
+ * The lock doctor (module option `doctor: 'fail'`) found the servers configured in a way that
+ * breaks locks, or could not check them: the application does not boot. `findings` are the
+ * lines it logged; `unreachable` the servers it could not ask.
+ */
+export class LockDoctorError extends DistributedLockError {
+  constructor(
+    readonly backend: string,
+    readonly findings: readonly string[],
+    readonly unreachable: readonly string[],
+  ) {
+    super(
+      `The lock doctor refused the ${backend} backend's servers (doctor: 'fail'):\n` +
+        [...unreachable.map((server) => `could not reach ${server}`), ...findings].map((line) => `- ${line}`).join('\n') +
+        "\nChange the settings named above, or set the module option doctor: 'warn' to boot anyway and log these.",
+    );
+  }
+}
+
+/**
  * The async call chain holds a lock in one mode and asked for it in a mode that mode does not
  * cover: write inside read (an upgrade, which deadlocks as soon as two readers try it), or a
  * lock inside a semaphore's permit of the same name. Thrown before any I/O.

@@ -17,6 +17,7 @@ export {
   type LockMode,
   type SemaphoreOptions,
   type DistributedLockModuleOptions,
+  type DoctorMode,
   type LockOptions,
   type MetricsRegistry,
   type OnLockLost,
@@ -25,6 +26,7 @@ export {
   type WithLockOptions,
 } from './lock-options';
 export { DistributedLockHealthIndicator, HEALTH_CHECK_LOCK_NAME, type LockHealthResult } from './health/distributed-lock.health';
+export { runDoctor, doctorExitCode, type DoctorFinding, type DoctorReport, type DoctorSeverity } from './doctor/run-doctor';
 export { LockExceptionFilter, lockErrorResponse, type LockErrorBody } from './http/lock-exception.filter';
 export {
   LOCK_CHANNELS,
@@ -42,6 +44,7 @@ export {
   DistributedLockError,
   LockBackendError,
   LockConfigError,
+  LockDoctorError,
   LockKeyError,
   LockLostError,
   LockModeError,

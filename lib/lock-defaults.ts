@@ -1,3 +1,5 @@
+import { hostname } from 'node:os';
+
 /** The defaults of the module's options, in one place so backends can follow them too. */
 export const DEFAULT_TTL_MS = 30_000;
 export const DEFAULT_WAIT_TIMEOUT_MS = 10_000;
@@ -13,3 +15,11 @@ export const MAX_TIMER_MS = 2 ** 31 - 1;
 export function driftAllowanceMs(ttlMs: number): number {
   return ttlMs * 0.01 + 2;
 }
+
+/** The module's default `holderDescription`: which machine and process holds a lock, for inspect(). */
+export function defaultHolderDescription(): string {
+  return `${hostname()} pid ${process.pid}`;
+}
+
+/** A `holderDescription` longer than this is a LockConfigError: it is stored with each session. */
+export const MAX_HOLDER_DESCRIPTION_LENGTH = 256;

@@ -2,7 +2,7 @@ import type { BackendSettings } from './backends/backend-definition';
 import type { EntryMode } from './backends/lock-backend.interface';
 import { validateBackendOptions, type BackendOptions } from './backends/registry';
 import { LockConfigError } from './errors';
-import { DEFAULT_KEY_PREFIX, DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS, DEFAULT_WAIT_TIMEOUT_MS, MAX_TIMER_MS } from './lock-defaults';
+import { DEFAULT_KEY_PREFIX, DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS, DEFAULT_WAIT_TIMEOUT_MS, defaultHolderDescription, MAX_HOLDER_DESCRIPTION_LENGTH, MAX_TIMER_MS } from './lock-defaults';
 import { assertMilliseconds, rejectUnknownFields } from './option-checks';
 
 export { DEFAULT_KEY_PREFIX, DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS, DEFAULT_WAIT_TIMEOUT_MS, MAX_TIMER_MS };
@@ -97,7 +97,26 @@ export interface DistributedLockModuleOptions extends LockOptions {
    * Default true: on when that package is installed; false turns it off.
    */
   tracing?: boolean;
+  /**
+   * The lock doctor at boot: checks what the backend's servers let a client read (eviction and
+   * persistence on Redis, fsync on PostgreSQL, the granted session timeout on ZooKeeper, known
+   * bugs of the etcd version, Redlock masters that are not independent, clock skew); see the
+   * README, "The lock doctor". Default 'warn': the checks run in the background after boot and
+   * log one warning per finding (nothing on the request path). 'fail': the boot waits for them
+   * and fails with LockDoctorError when anything is found or a server cannot be asked. 'off':
+   * no checks. The CLI `npx nest-distributed-lock doctor` runs the same checks.
+   */
+  doctor?: DoctorMode;
+  /**
+   * How inspect() names this process as a lock's holder, e.g. a pod name. Default
+   * `'<host name> pid <pid>'`. At most 256 characters. Stored once per session, never per lock:
+   * see the README, "Inspect", for the backends that keep it.
+   */
+  holderDescription?: string;
 }
+
+/** See DistributedLockModuleOptions.doctor. */
+export type DoctorMode = 'warn' | 'fail' | 'off';
 
 /**
  * A prom-client `Registry` (typed by its shape, so these types never import the optional
@@ -127,6 +146,8 @@ export interface ResolvedModuleOptions extends ResolvedRunOptions {
   /** undefined: no metrics; null: prom-client's default registry. */
   readonly metricsRegistry: MetricsRegistry | null | undefined;
   readonly tracing: boolean;
+  readonly doctor: DoctorMode;
+  readonly holderDescription: string;
 }
 
 /** The options a call may give (@WithLock, withLock, acquire, tryAcquire); `signal` where it waits. */
@@ -135,7 +156,7 @@ const LOCK_OPTION_FIELDS = [...LEASE_OPTION_FIELDS, 'mode'];
 const ACQUIRE_OPTION_FIELDS = [...LOCK_OPTION_FIELDS, 'signal'];
 const RUN_FIELDS = [...LOCK_OPTION_FIELDS, 'onTimeout', 'minHoldMs'];
 const WITH_LOCK_FIELDS = [...RUN_FIELDS, 'signal'];
-const MODULE_OPTION_FIELDS = [...LEASE_OPTION_FIELDS, 'backend', 'keyPrefix', 'serverTimeoutMs', 'metrics', 'tracing'];
+const MODULE_OPTION_FIELDS = [...LEASE_OPTION_FIELDS, 'backend', 'keyPrefix', 'serverTimeoutMs', 'metrics', 'tracing', 'doctor', 'holderDescription'];
 /** A semaphore call's fields: a lock call's without `mode`; `signal` where it waits, as for locks. */
 export const SEMAPHORE_RUN_FIELDS: readonly string[] = WITH_LOCK_FIELDS.filter((field) => field !== 'mode');
 export const SEMAPHORE_DECORATOR_FIELDS: readonly string[] = RUN_FIELDS.filter((field) => field !== 'mode');
@@ -184,6 +205,12 @@ export function resolveModuleOptions(options: DistributedLockModuleOptions = {})
   assertMilliseconds('serverTimeoutMs', serverTimeoutMs, (ms) => ms > 0 && ms <= MAX_TIMER_MS, `above 0 and at most ${MAX_TIMER_MS} milliseconds`);
   const tracing = options.tracing ?? true;
   if (typeof tracing !== 'boolean') throw new LockConfigError('tracing', `must be true or false, got ${String(tracing)}.`);
+  const doctor = options.doctor ?? 'warn';
+  if (doctor !== 'warn' && doctor !== 'fail' && doctor !== 'off') throw new LockConfigError('doctor', `must be 'warn' (the default), 'fail' or 'off', got ${JSON.stringify(doctor)}.`);
+  const holderDescription = options.holderDescription ?? defaultHolderDescription();
+  if (typeof holderDescription !== 'string' || holderDescription === '' || holderDescription.length > MAX_HOLDER_DESCRIPTION_LENGTH) {
+    throw new LockConfigError('holderDescription', `must be a non-empty string of at most ${MAX_HOLDER_DESCRIPTION_LENGTH} characters, e.g. a pod name, got ${JSON.stringify(holderDescription)}.`);
+  }
   return {
     ...DEFAULT_LOCK_OPTIONS,
     ...resolveLockOptions(options, DEFAULT_LOCK_OPTIONS, MODULE_OPTION_FIELDS),
@@ -192,6 +219,8 @@ export function resolveModuleOptions(options: DistributedLockModuleOptions = {})
     serverTimeoutMs,
     metricsRegistry: metricsRegistryOf(options.metrics),
     tracing,
+    doctor,
+    holderDescription,
   };
 }
 
@@ -212,7 +241,7 @@ function metricsRegistryOf(metrics: DistributedLockModuleOptions['metrics']): Me
 
 /** What a backend built by the module follows (see BackendSettings). */
 export function backendSettings(options: ResolvedModuleOptions): BackendSettings {
-  return { ttlMs: options.ttlMs, serverTimeoutMs: options.serverTimeoutMs };
+  return { ttlMs: options.ttlMs, serverTimeoutMs: options.serverTimeoutMs, holderDescription: options.holderDescription, keyPrefix: options.keyPrefix };
 }
 
 /** The defaults of every per-call option, before the module's options apply. */

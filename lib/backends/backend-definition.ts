@@ -1,3 +1,4 @@
+import type { DoctorReport } from './backend-doctor';
 import type { LockBackend } from './lock-backend.interface';
 
 /** What the module knows when it builds a backend: the defaults a session-based backend follows. */
@@ -6,6 +7,14 @@ export interface BackendSettings {
   readonly ttlMs: number;
   /** The module's `serverTimeoutMs`: how long a connection or a request may go unanswered. */
   readonly serverTimeoutMs: number;
+  /**
+   * The module's `holderDescription` (host name and pid by default): stored once per session
+   * where a backend keeps sessions at the server (etcd), shown by inspect() with each holder.
+   * Optional for backends built outside the module.
+   */
+  readonly holderDescription?: string;
+  /** The module's `keyPrefix`: what the backend's records beside the locks are kept under (etcd's holder descriptions). */
+  readonly keyPrefix?: string;
 }
 
 /**
@@ -21,6 +30,12 @@ export interface BackendDefinition<Options extends { type: string }> {
    * the server: a backend connects in the background and bounds its first calls instead.
    */
   create(options: Options, settings: BackendSettings): LockBackend | Promise<LockBackend>;
+  /**
+   * The lock doctor's checks of the server's configuration (lib/doctor): reads only, on a
+   * connection of its own that it closes (or on a supplied client, left as it is). Loads its
+   * client library only when run. Resolves with what it found, a server it could not reach included.
+   */
+  doctor(options: Options, settings: BackendSettings): Promise<DoctorReport>;
 }
 
 /** Types a definition without widening its `type` literal. */

@@ -182,4 +182,9 @@ export interface LockHolder {
   readonly fencingToken: bigint;
   readonly heldForMs?: number;
   readonly expiresInMs?: number;
+  /**
+   * Which machine and process holds it: that process's module option `holderDescription` (host
+   * name and pid by default), where the backend stores one (README, "Inspect").
+   */
+  readonly description?: string;
 }

@@ -11,6 +11,7 @@ const run = promisify(execFile);
 const root = path.resolve(__dirname, '..', '..', '..');
 const tsc = path.join(root, 'node_modules', 'typescript', 'bin', 'tsc');
 const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
+const npx = process.platform === 'win32' ? 'npx.cmd' : 'npx';
 
 /** npm with the registry's answers cached (the project's own installs fill the cache). */
 async function npmIn(cwd: string, args: string[]): Promise<string> {
@@ -41,7 +42,7 @@ describe('the published package: packed, installed into fresh apps, booted', { t
   });
 
   it('ships the build, its types, LICENSE and the docs the README links to; no source maps, no tests', async () => {
-    for (const needed of ['LICENSE', 'README.md', 'package.json', 'dist/lib/index.js', 'dist/lib/index.d.ts']) assert.ok(files.includes(needed), `${needed} is not in the package`);
+    for (const needed of ['LICENSE', 'README.md', 'package.json', 'dist/lib/index.js', 'dist/lib/index.d.ts', 'dist/lib/doctor/cli.js']) assert.ok(files.includes(needed), `${needed} is not in the package`);
     assert.deepEqual(files.filter((file) => file.endsWith('.map')), [], 'source maps would point at sources that are not shipped');
     assert.deepEqual(files.filter((file) => /^(test|bench|sample-app|servers|scripts)\//.test(file)), []);
     const readme = await readFile(path.join(root, 'README.md'), 'utf8');
@@ -86,6 +87,16 @@ describe('the published package: packed, installed into fresh apps, booted', { t
       // The exports map: the entry and package.json, not the internals.
       await run(process.execPath, ['-e', "require('nest-distributed-lock/package.json')"], { cwd: dir });
       await assert.rejects(run(process.execPath, ['-e', "require('nest-distributed-lock/dist/lib/lock-lease.js')"], { cwd: dir }), /ERR_PACKAGE_PATH_NOT_EXPORTED/);
+      // The bin entry: `npx nest-distributed-lock doctor`, from the installed package only.
+      const doctor = await run(npx, ['--offline', 'nest-distributed-lock', 'doctor', 'memory'], { cwd: dir });
+      assert.match(doctor.stdout, /Lock doctor: memory backend\n {2}the memory backend is process-local/);
+      // This app has no ioredis: the doctor says what to install (exit 3), not that the server is down.
+      const noClient = await run(npx, ['--offline', 'nest-distributed-lock', 'doctor', 'redis://127.0.0.1:1'], { cwd: dir }).then(
+        () => assert.fail('the doctor succeeded without ioredis'),
+        (error: { code?: unknown; stderr?: string }) => error,
+      );
+      assert.equal(noClient.code, 3);
+      assert.match(noClient.stderr ?? '', /needs the "ioredis" package: npm install ioredis/);
     });
   }
 });

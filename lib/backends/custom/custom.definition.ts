@@ -1,5 +1,6 @@
 import { LockConfigError } from '../../errors';
 import { defineBackend } from '../backend-definition';
+import { Diagnosis } from '../backend-doctor';
 import type { LockBackend } from '../lock-backend.interface';
 import { allowOnlyFields } from '../option-checks';
 
@@ -24,4 +25,9 @@ export const customBackend = defineBackend<CustomBackendOptions>({
     }
   },
   create: (options) => options.backend,
+  doctor: async (options) => {
+    const diagnosis = new Diagnosis('custom', options.backend.address);
+    diagnosis.note(`a custom backend (${options.backend.name}): the doctor has no checks for it`);
+    return diagnosis.report();
+  },
 });

@@ -3,7 +3,7 @@ import type { LockHolder, LockInspection } from '../lock-backend.interface';
 import { batchToken } from '../../queue/batch';
 import type { EtcdCalls } from './etcd-calls';
 import { decide, decodeEntry } from './entry-modes';
-import { contenderRange } from './etcd-keys';
+import { contenderRange, holderRecordKey } from './etcd-keys';
 import { rangeKvs } from './etcd-requests';
 
 /**
@@ -52,20 +52,23 @@ export class EtcdInspector {
   constructor(
     private readonly client: Etcd3,
     private readonly calls: EtcdCalls,
+    /** Where holder descriptions are kept (holderRecordKey). */
+    private readonly keyPrefix: string,
   ) {}
 
-  /** One read, plus one LeaseTimeToLive per holder's session for `expiresInMs`. */
+  /** One read, plus one LeaseTimeToLive and one read of its holder description per holder's session. */
   async inspect(name: string): Promise<LockInspection> {
     const queue = await this.queue(name, 'inspect a lock');
     const holding = holdersOf(queue);
     if (holding.length === 0) return { held: false, waiting: 0 };
     const prefixLength = contenderRange(name).start.length;
-    const expiries = new Map<string, Promise<number>>();
+    const sessions = new Map<string, Promise<[number, string | undefined]>>();
     const holders = await Promise.all(
       holding.map(async (kv): Promise<LockHolder> => {
-        if (!expiries.has(kv.lease)) expiries.set(kv.lease, this.expiresInMs(kv));
+        if (!sessions.has(kv.lease)) sessions.set(kv.lease, Promise.all([this.expiresInMs(kv), this.description(kv.lease)]));
         const owner = decodeEntry(kv).owner ?? kv.key.subarray(prefixLength).toString();
-        return { owner, fencingToken: batchToken(BigInt(kv.create_revision), 0n), expiresInMs: await expiries.get(kv.lease)! };
+        const [expiresInMs, description] = await sessions.get(kv.lease)!;
+        return { owner, fencingToken: batchToken(BigInt(kv.create_revision), 0n), expiresInMs, ...(description !== undefined ? { description } : {}) };
       }),
     );
     const first = decodeEntry(holding[0]);
@@ -92,6 +95,12 @@ export class EtcdInspector {
 
   private async queue(name: string, operation: string): Promise<IKeyValue[]> {
     return rangeKvs(await this.calls.txn(operation, queueTxn(name)), 0);
+  }
+
+  /** The holder description its session's process put (EtcdLockBackend.recordHolder); undefined when there is none. */
+  private async description(lease: string): Promise<string | undefined> {
+    const { kvs } = await this.calls.call('inspect a lock', (options) => this.client.kv.range({ key: holderRecordKey(this.keyPrefix, lease) }, options));
+    return kvs.length > 0 ? kvs[0].value.toString() : undefined;
   }
 
   /**

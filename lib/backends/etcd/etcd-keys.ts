@@ -27,7 +27,21 @@ export function lockKeys(name: string, leaseId: string, entry: string, slot?: En
 
 /** The range of every contender of a lock name (see LockKeys.start and end). */
 export function contenderRange(name: string): Pick<LockKeys, 'start' | 'end'> {
-  const start = Buffer.from(`${name.replace(/[%/]/g, (c) => (c === '%' ? '%25' : '%2F'))}/`);
+  const start = Buffer.from(`${escaped(name)}/`);
   // The prefix ends in '/', so bumping that last byte gives the first key past the range.
   return { start, end: Buffer.concat([start.subarray(0, -1), Buffer.from([start[start.length - 1] + 1])]) };
+}
+
+/** A name with no '/' left in it ('%' -> '%25', '/' -> '%2F'). */
+function escaped(name: string): string {
+  return name.replace(/[%/]/g, (c) => (c === '%' ? '%25' : '%2F'));
+}
+
+/**
+ * Where a session's holder description is kept, put with the session's lease (so it goes with
+ * it): `<escaped keyPrefix>.holder.<lease id, hex>`. It has no '/', so it is in no lock's
+ * contender range, whatever the names; under the keyPrefix, so a user limited to it may write it.
+ */
+export function holderRecordKey(keyPrefix: string, leaseId: string): Buffer {
+  return Buffer.from(`${escaped(keyPrefix)}.holder.${BigInt(leaseId).toString(16)}`);
 }

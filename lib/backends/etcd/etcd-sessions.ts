@@ -35,6 +35,8 @@ export class EtcdSessions {
     /** A user's client has no deadlines of ours: the grant gets this one. */
     private readonly grantTimeoutMs: number | undefined,
     private readonly onLost: (session: EtcdSession, reason: Error) => void,
+    /** A session was granted and is in use (the backend records its holder description then). */
+    private readonly onOpened: (session: EtcdSession) => void = () => undefined,
   ) {
     this.waits = new ReadyWaits('etcd', calls.address, () => calls.unreachable());
     this.warnTimer = setTimeout(() => {
@@ -108,6 +110,7 @@ export class EtcdSessions {
         this.current = session;
         this.lastError = undefined;
         this.waits.ready(session);
+        this.onOpened(session);
       },
       (error: unknown) => {
         this.opening = false;

@@ -1,6 +1,6 @@
 import type { Etcd3, ITxnRequest, ITxnResponse } from 'etcd3';
 import { LockBackendError, LockServerUnreachableError } from '../../errors';
-import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
+import { DEFAULT_KEY_PREFIX, DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import { LocalQueueBackend } from '../../queue/local-queue-backend';
@@ -10,6 +10,7 @@ import { EtcdCalls } from './etcd-calls';
 import { ATTEMPTS, createEtcdClient, suppliedClientAddress } from './etcd-client';
 import { EtcdInspector } from './etcd-inspect';
 import { EtcdKeyDeletes, LATE_PUT_MS } from './etcd-key-deletes';
+import { holderRecordKey } from './etcd-keys';
 import { EtcdBatch } from './etcd-batch';
 import { entryRecheckTxn } from './etcd-mode-requests';
 import { DEFAULT_ETCD_HOSTS, etcdAddress, sessionTtlSeconds, validateEtcdOptions, type EtcdBackendOptions } from './etcd-options';
@@ -30,6 +31,10 @@ export interface EtcdBackendConfig {
   readonly ownsClient: boolean;
   /** https hosts or TLS credentials: errors of a failed handshake say so. Default false. */
   readonly usesTls?: boolean;
+  /** The module's keyPrefix: where holder descriptions are kept (holderRecordKey). Default DEFAULT_KEY_PREFIX. */
+  readonly keyPrefix?: string;
+  /** This process's holderDescription, put once per session beside the locks; none: not put. */
+  readonly holderDescription?: string;
 }
 
 /**
@@ -78,8 +83,23 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
       safetyNetMs: watchSafetyNetMs(config.sessionTtlSeconds),
       txn: (session, request) => this.txn(session, 'queue for a lock', request),
     };
-    this.inspector = new EtcdInspector(client, this.calls);
-    this.sessions = new EtcdSessions(client, config.sessionTtlSeconds, this.calls, config.serverTimeoutMs, callTimeoutMs, this.onSessionLost);
+    const keyPrefix = config.keyPrefix ?? DEFAULT_KEY_PREFIX;
+    this.inspector = new EtcdInspector(client, this.calls, keyPrefix);
+    this.sessions = new EtcdSessions(client, config.sessionTtlSeconds, this.calls, config.serverTimeoutMs, callTimeoutMs, this.onSessionLost, (session) =>
+      this.recordHolder(session, keyPrefix),
+    );
+  }
+
+  /**
+   * Puts this process's holder description with the new session's lease, once per session and
+   * off every lock's path (no acquisition waits for it): inspect() shows it for the session's
+   * locks, and it goes with the lease. Best effort: without it, inspect shows no description.
+   */
+  private recordHolder(session: EtcdSession, keyPrefix: string): void {
+    const description = this.config.holderDescription;
+    if (description === undefined) return;
+    const request = { key: holderRecordKey(keyPrefix, session.leaseId), value: Buffer.from(description), lease: session.leaseId };
+    this.calls.call('record the holder description', (options) => this.client.kv.put(request, options)).catch(() => undefined);
   }
 
   /** A transport failure or a call unanswered too long (EtcdCalls), or no session yet. */
@@ -374,7 +394,7 @@ export function createEtcdBackend(options: EtcdBackendOptions, settings: Backend
   const ttlSeconds = sessionTtlSeconds(options.sessionTtlMs ?? settings.ttlMs);
   // Every attempt of a call within serverTimeoutMs in all, unless that leaves an attempt too little.
   const attemptTimeoutMs = Math.max(500, Math.floor(settings.serverTimeoutMs / ATTEMPTS));
-  const config = { sessionTtlSeconds: ttlSeconds, serverTimeoutMs: settings.serverTimeoutMs, attemptTimeoutMs };
+  const config = { sessionTtlSeconds: ttlSeconds, serverTimeoutMs: settings.serverTimeoutMs, attemptTimeoutMs, keyPrefix: settings.keyPrefix, holderDescription: settings.holderDescription };
   if (options.client) return new EtcdLockBackend(options.client as unknown as Etcd3, { ...config, address: suppliedClientAddress(options.client), ownsClient: false });
   const hosts = options.hosts ?? DEFAULT_ETCD_HOSTS;
   const usesTls = options.credentials !== undefined || [hosts].flat().some((host) => host.startsWith('https://'));

@@ -6,4 +6,5 @@ export const etcdBackend = defineBackend<EtcdBackendOptions>({
   validate: validateEtcdOptions,
   // Imported only when chosen, so an app on another backend never loads this code or etcd3.
   create: async (options, settings) => (await import('./etcd.backend')).createEtcdBackend(options, settings),
+  doctor: async (options, settings) => (await import('./etcd-doctor')).doctorEtcd(options, settings),
 });

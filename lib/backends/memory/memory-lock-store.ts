@@ -24,6 +24,8 @@ export interface MemoryEntry {
    * forced release, its client closed), before its lost signal fires: the client forgets it first.
    */
   readonly onLost?: () => void;
+  /** The putting client's holderDescription, shown by inspect (clients sharing a store model processes). */
+  readonly description?: string;
 }
 
 export interface MemoryGrant {
@@ -119,9 +121,15 @@ export class MemoryLockStore {
     if (!state || !first?.held) return { held: false, waiting: state ? this.waiting(state) : 0 };
     const now = performance.now();
     const holders: LockHolder[] = [];
-    for (const { held } of state.queue) {
+    for (const { held, entry } of state.queue) {
       if (!held) break;
-      holders.push({ owner: held.grant.owner, fencingToken: held.grant.fencingToken, heldForMs: now - held.grantedAt, expiresInMs: Math.max(0, held.expiresAt - now) });
+      holders.push({
+        owner: held.grant.owner,
+        fencingToken: held.grant.fencingToken,
+        heldForMs: now - held.grantedAt,
+        expiresInMs: Math.max(0, held.expiresAt - now),
+        ...(entry.description !== undefined ? { description: entry.description } : {}),
+      });
     }
     const { mode, limit } = first.entry;
     return { held: true, mode, ...(mode === 'permit' ? { limit } : {}), holder: holders[0], holders, waiting: this.waiting(state) };

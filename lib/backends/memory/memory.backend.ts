@@ -18,7 +18,11 @@ export class MemoryLockBackend extends LocalQueueBackend<MemoryBatch> implements
   readonly maxKeyBytes = 1024;
   readonly modes: readonly EntryMode[] = ['write', 'read', 'permit'];
 
-  constructor(private readonly store = new MemoryLockStore()) {
+  constructor(
+    private readonly store = new MemoryLockStore(),
+    /** The module's holderDescription: kept with each entry (an in-process object, no cost), shown by inspect. */
+    private readonly description?: string,
+  ) {
     // The store answers at once: an uncontended acquisition waits for no turn of the event loop
     // and makes no AbortSignal; the callers of one tick still share an entry.
     super('memory', { sendFirstAtOnce: true, sendSoon: (send) => process.nextTick(send), signalOnlyWhenWaiting: true });
@@ -138,6 +142,7 @@ export class MemoryLockBackend extends LocalQueueBackend<MemoryBatch> implements
       cancelled: false,
       onGrant: waits ? (grant) => this.holds(batch, grant) : undefined,
       onLost: () => this.lost(batch),
+      description: this.description,
     };
   }
 

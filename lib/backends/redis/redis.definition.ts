@@ -9,4 +9,5 @@ export const redisBackend = defineBackend<RedisBackendOptions>({
     options.protocol === 'plain'
       ? (await import('./plain/redis-plain.backend')).createRedisPlainBackend(options, settings)
       : (await import('./redis.backend')).createRedisBackend(options, settings),
+  doctor: async (options, settings) => (await import('./redis-doctor')).doctorRedis(options, settings),
 });

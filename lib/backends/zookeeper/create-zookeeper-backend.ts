@@ -13,5 +13,5 @@ import { ZooKeeperLockBackend } from './zookeeper.backend';
 export function createZooKeeperBackend(options: ZooKeeperBackendOptions, settings: BackendSettings = { ttlMs: DEFAULT_TTL_MS, serverTimeoutMs: DEFAULT_SERVER_TIMEOUT_MS }): ZooKeeperLockBackend {
   const resolved = resolveZooKeeperOptions(options);
   const sessionTimeoutMs = resolved.sessionTimeoutMs ?? Math.ceil(settings.ttlMs);
-  return new ZooKeeperLockBackend(loadPeer<ZkModule>('node-zookeeper-client', 'zookeeper'), { ...resolved, sessionTimeoutMs }, settings.serverTimeoutMs);
+  return new ZooKeeperLockBackend(loadPeer<ZkModule>('node-zookeeper-client', 'zookeeper'), { ...resolved, sessionTimeoutMs }, settings.serverTimeoutMs, settings.holderDescription);
 }

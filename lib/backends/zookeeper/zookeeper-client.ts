@@ -50,7 +50,7 @@ export interface ZkModule {
   createClient(connectionString: string, options: { sessionTimeout: number; spinDelay: number; retries: number }): ZkClient;
   ACL: new (permission: number, id: unknown) => ZkAcl;
   Id: new (scheme: string, id: string) => unknown;
-  CreateMode: { PERSISTENT: number; EPHEMERAL_SEQUENTIAL: number };
+  CreateMode: { PERSISTENT: number; EPHEMERAL: number; EPHEMERAL_SEQUENTIAL: number };
 }
 
 /** ZooKeeper's error codes this backend reacts to (KeeperException.Code). */

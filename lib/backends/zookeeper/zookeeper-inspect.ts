@@ -3,6 +3,7 @@ import type { LockHolder, LockInspection } from '../lock-backend.interface';
 import { batchToken } from '../../queue/batch';
 import { ZkCode, zkCode, zxidOf, type ZkStat } from './zookeeper-client';
 import { holdersOf } from './zookeeper-entry-rule';
+import { holderDescription } from './zookeeper-holder-record';
 import { lockNodeName, sortedEntries, type QueueEntry } from './zookeeper-paths';
 import type { ZooKeeperSession } from './zookeeper-session';
 import type { ZooKeeperSessions } from './zookeeper-sessions';
@@ -15,6 +16,8 @@ interface QueueHolder {
   readonly path: string;
   readonly owner: string;
   readonly stat: ZkStat;
+  /** Its session's holder description (zookeeper-holder-record), if kept. */
+  readonly description?: string;
 }
 
 interface QueueHolders {
@@ -39,12 +42,16 @@ export class ZooKeeperInspector {
     private readonly rootPath: string,
   ) {}
 
-  /** Two round trips: the children of the name's parent, then the holders' data and stat (pipelined). */
+  /** Three round trips: the children of the name's parent, the holders' data and stat (pipelined), their sessions' descriptions (pipelined). */
   async inspect(key: string): Promise<LockInspection> {
     const queue = await this.withSession('inspect a lock', (session) => this.holders(session, key));
     if (!queue) return { held: false, waiting: 0 };
     const first = queue.entries[0];
-    const holders: LockHolder[] = queue.holders.map((holder) => ({ owner: holder.owner, fencingToken: batchToken(zxidOf(holder.stat.czxid), 0n) }));
+    const holders: LockHolder[] = queue.holders.map((holder) => ({
+      owner: holder.owner,
+      fencingToken: batchToken(zxidOf(holder.stat.czxid), 0n),
+      ...(holder.description !== undefined ? { description: holder.description } : {}),
+    }));
     const view = { held: true, mode: first.mode, holders, holder: holders[0], waiting: queue.waiting };
     return first.limit === undefined ? view : { ...view, limit: first.limit };
   }
@@ -83,10 +90,14 @@ export class ZooKeeperInspector {
       const holding = holdersOf(entries);
       const nodes = await Promise.all(holding.map((entry) => repeatOnConnectionLoss(() => session.read(`${parent}/${entry.name}`))));
       if (nodes.every((node) => node !== null)) {
+        // One read per holding session, pipelined with each other: the description it kept.
+        const sessionIds = [...new Set(nodes.map((node) => node!.stat.ephemeralOwner.toString('hex')))];
+        const descriptions = new Map(await Promise.all(sessionIds.map(async (id) => [id, await holderDescription(session, this.rootPath, id)] as const)));
         const holders = nodes.map((node, at) => ({
           path: `${parent}/${holding[at].name}`,
           owner: `${node!.stat.ephemeralOwner.toString('hex')}/${node!.data.toString()}`,
           stat: node!.stat,
+          description: descriptions.get(node!.stat.ephemeralOwner.toString('hex')),
         }));
         return { entries, holders, waiting: entries.length - holders.length };
       }

@@ -97,7 +97,8 @@ export class LockNodes {
     return { node: { path, name, czxid: zxidOf(stat.czxid) }, children };
   }
 
-  private async createRoot(session: ZooKeeperSession): Promise<void> {
+  /** The root path's nodes, each created unless it exists. */
+  async createRoot(session: ZooKeeperSession): Promise<void> {
     let path = '';
     for (const segment of this.rootPath.slice(1).split('/')) {
       path += `/${segment}`;

@@ -109,3 +109,12 @@ export function invalidPathReason(path: string): string | undefined {
   }
   return undefined;
 }
+
+/**
+ * The node, under the root, where a session keeps its process's holder description (an
+ * ephemeral node: it goes with the session). Its name has a '.', which lockNodeName always
+ * escapes, so it is never a lock name's parent.
+ */
+export function holderRecordName(sessionIdHex: string): string {
+  return `holder.${sessionIdHex}`;
+}

@@ -160,6 +160,16 @@ export class ZooKeeperSession {
     return this.call(path, (done) => this.client.create(path, null, this.acl, this.zk.CreateMode.PERSISTENT, done));
   }
 
+  /** An ephemeral node of this session with the configured ACL: it goes when the session does. */
+  createEphemeral(path: string, data: Buffer): Promise<string> {
+    return this.call(path, (done) => this.client.create(path, data, this.acl, this.zk.CreateMode.EPHEMERAL, done));
+  }
+
+  /** The session id as the server gave it, hex (a node's ephemeralOwner in the same form); '(connecting)' before. */
+  get id(): string {
+    return this.sessionId;
+  }
+
   /**
    * Creates an ephemeral sequential node and touches its parent in one transaction: both get
    * the transaction's zxid, so the parent's new mzxid is the node's czxid, without a second

@@ -31,6 +31,8 @@ export class ZooKeeperSessions {
     private readonly options: ZooKeeperSessionOptions,
     /** How long a call waits for an unreachable server. */
     private readonly serverTimeoutMs: number,
+    /** A new session connected (the backend records its holder description then). */
+    private readonly onSession: (session: ZooKeeperSession) => void = () => undefined,
   ) {
     this.current = this.open(performance.now());
     // One warning, not one per call: the app booted, but its locks cannot work yet.
@@ -146,6 +148,7 @@ export class ZooKeeperSessions {
   }
 
   private onConnected(session: ZooKeeperSession): void {
+    this.onSession(session);
     if (this.warnedSlowStart && !this.everConnected) logger.log(`ZooKeeper at ${this.options.address} is reachable now.`);
     this.everConnected = true;
     if (this.warnedTimeout || session.timeoutMs <= this.options.sessionTimeoutMs) return;

@@ -4,6 +4,7 @@ import { LocalQueueBackend, type ServedGrant } from '../../queue/local-queue-bac
 import type { ZkModule, ZkStat } from './zookeeper-client';
 import { ZooKeeperBatch, type QueuePlace } from './zookeeper-batch';
 import { invalidLimit } from './zookeeper-entry-rule';
+import { recordHolder } from './zookeeper-holder-record';
 import { ZooKeeperInspector } from './zookeeper-inspect';
 import { LockNodes } from './zookeeper-lock-nodes';
 import { LockParents, PARENT_IDLE_MS } from './zookeeper-parents';
@@ -43,10 +44,14 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
     zk: ZkModule,
     private readonly options: ZooKeeperSessionOptions,
     serverTimeoutMs: number,
+    /** The module's holderDescription, kept once per session for inspect(); none: not kept. */
+    holderDescription?: string,
   ) {
     super('ZooKeeper');
     this.modes = modesOf(options);
-    this.sessions = new ZooKeeperSessions(zk, options, serverTimeoutMs);
+    this.sessions = new ZooKeeperSessions(zk, options, serverTimeoutMs, (session) => {
+      if (holderDescription !== undefined) recordHolder(session, this.nodes, options.rootPath, holderDescription);
+    });
     this.parents = new LockParents(() => this.sessions.connected('remove an idle lock name', undefined));
     this.nodes = new LockNodes(this.parents, options.rootPath, options);
     this.places = new QueuePlaces(this.sessions, this.nodes, this.parents);

@@ -53,7 +53,9 @@ export function shutdownCases(context: FailureContext): void {
           SHUTDOWN_APP_JOB_LOCK: jobName,
           SHUTDOWN_APP_JOB_TTL_MS: String(JOB_TTL_MS),
           SHUTDOWN_APP_HOLD_MS: String(HOLD_MS),
-          SHUTDOWN_APP_MODULE_OPTIONS: JSON.stringify({ backend }),
+          // The test servers run without persistence on purpose: the doctor would warn of it, and
+          // this app must log nothing at warn. The doctor has its own tests (test/doctor).
+          SHUTDOWN_APP_MODULE_OPTIONS: JSON.stringify({ backend, doctor: 'off' }),
         },
         stdio: ['ignore', 'pipe', 'pipe'],
       });
