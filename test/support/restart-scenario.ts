@@ -7,8 +7,8 @@ const QUEUE_SETTLE_MS = 300;
 
 /** What one run of the restart scenario measured, in ms after the server was killed. */
 export interface RestartRun {
-  /** The old holder's lost signal. */
-  readonly lostMs: number;
+  /** The old holder's lost signal; undefined when it kept its lock and released it. */
+  readonly lostMs?: number;
   /** The first grant to a waiter. */
   readonly firstGrantMs: number;
   readonly oldToken: bigint;
@@ -21,7 +21,8 @@ const msSince = (from: bigint, to: bigint) => Number(to - from) / 1e6;
 /**
  * One run of the restart scenario: `holder` (another process) holds `name`, `waiters` (other
  * processes) queue behind it, `crash` kills the server and starts it again; each waiter releases
- * as soon as it is granted. Hold intervals run from a grant to the holder's lost signal or its
+ * as soon as it is granted. With `releaseHolderAfterMs` (a server that keeps its data), the old
+ * holder releases that long after the crash unless it lost the lock by then. Hold intervals run from a grant to the holder's lost signal or its
  * release, on the one monotonic clock every process shares (hrtime): throws unless they are
  * disjoint and tokens rise in the order the holds began (assertExclusive).
  */
@@ -31,6 +32,7 @@ export async function restartRun(
   name: string,
   crash: () => Promise<void>,
   waitTimeoutMs: number,
+  releaseHolderAfterMs?: number,
 ): Promise<RestartRun> {
   const from = holder.events.length;
   const held = await holder.acquireTimed(name);
@@ -40,6 +42,14 @@ export async function restartRun(
   await sleep(QUEUE_SETTLE_MS);
   const killedAt = process.hrtime.bigint();
   await crash();
+  let holderReleasedAt: bigint | undefined;
+  if (releaseHolderAfterMs !== undefined) {
+    await sleep(releaseHolderAfterMs);
+    if (holder.eventsOf('lost', from).length === 0) {
+      holderReleasedAt = process.hrtime.bigint();
+      await holder.release();
+    }
+  }
   const intervals: HoldInterval[] = [];
   const newTokens: bigint[] = [];
   let firstGrantMs = Infinity;
@@ -52,20 +62,21 @@ export async function restartRun(
     newTokens.push(grant.fencingToken);
     intervals.push({ start: grant.grantedAt, end: releasedAt, fencingToken: grant.fencingToken, holder: `waiter ${index}` });
   }
-  const lost = await holder.next('lost', waitTimeoutMs, from);
-  intervals.push({ start: held.grantedAt, end: BigInt(lost.at), fencingToken: held.fencingToken, holder: 'the holder before the crash' });
+  const lostAt = holderReleasedAt === undefined ? BigInt((await holder.next('lost', waitTimeoutMs, from)).at) : undefined;
+  intervals.push({ start: held.grantedAt, end: lostAt ?? holderReleasedAt!, fencingToken: held.fencingToken, holder: 'the holder before the crash' });
   assertExclusive(intervals);
-  return { lostMs: msSince(killedAt, BigInt(lost.at)), firstGrantMs, oldToken: held.fencingToken, newTokens };
+  return { lostMs: lostAt === undefined ? undefined : msSince(killedAt, lostAt), firstGrantMs, oldToken: held.fencingToken, newTokens };
 }
 
 /** One diagnostic line per run, and the ranges over all runs. */
 export function reportRuns(t: TestContext, runs: readonly RestartRun[], boundText: string): void {
   for (const [i, run] of runs.entries()) {
     t.diagnostic(
-      `run ${i + 1}: old holder lost at ${run.lostMs.toFixed(0)} ms after the kill, first waiter granted at ${run.firstGrantMs.toFixed(0)} ms ` +
+      `run ${i + 1}: old holder ${run.lostMs === undefined ? 'kept its lock and released it' : `lost at ${run.lostMs.toFixed(0)} ms after the kill`}, first waiter granted at ${run.firstGrantMs.toFixed(0)} ms ` +
         `(${boundText}); token ${run.oldToken} before, ${run.newTokens.join(', ')} after`,
     );
   }
   const range = (values: number[]) => `${Math.min(...values).toFixed(0)}-${Math.max(...values).toFixed(0)} ms`;
-  t.diagnostic(`${runs.length} runs: lost signal ${range(runs.map((run) => run.lostMs))}, first grant ${range(runs.map((run) => run.firstGrantMs))} after the kill`);
+  const lost = runs.flatMap((run) => (run.lostMs === undefined ? [] : [run.lostMs]));
+  t.diagnostic(`${runs.length} runs: lost signal ${lost.length > 0 ? range(lost) : 'never'}, first grant ${range(runs.map((run) => run.firstGrantMs))} after the kill`);
 }
