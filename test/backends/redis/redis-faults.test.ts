@@ -32,7 +32,8 @@ describe('redis backend under faults', { timeout: FAULT_SUITE_TIMEOUT_MS }, () =
 
   it('redis-server restarted while waiters are queued: no waiter is stranded, each gets the lock within its wait timeout', async (t) => {
     const name = newName();
-    const clients = [await service(), await service(), await service()];
+    // The module's ttl is the restart quarantine's least length (docs/redis.md, "A restart without the data").
+    const clients = [await faults.service(1_500), await faults.service(1_500), await faults.service(1_500)];
     const holding = await clients[0].acquire(name, { ttlMs: 1_500 });
     const intervals: HoldInterval[] = [];
     const waitTimeoutMs = 8_000;
