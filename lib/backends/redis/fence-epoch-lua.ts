@@ -1,12 +1,14 @@
 /**
- * Fences a new counter starts from per second of the server's clock. A fence counter never
- * expires, so it is made anew only for a name's first grant or after the server lost its data;
- * starting it at `TIME seconds x 2^15` puts every fence of the new life above every fence of the
- * former one, unless a name averaged more than 32768 grants a second over the whole former life.
- * Entry tokens stay below 2^47 until the year 2106, so a token (`entry << 16 | turn`, batch.ts)
- * stays inside a signed 64-bit column. See docs/redis.md, "Fencing across restarts".
+ * A counter made anew starts at the server's clock in units of this many microseconds. A fence
+ * counter never expires, so it is made anew only for a name's first grant or after the server
+ * lost its data; starting it at `TIME / 32 µs` puts every fence of the new life above every fence
+ * of the former one, unless a name averaged more than one grant per 32 µs (31250 a second) over
+ * the whole former life and the restart. Microseconds, not seconds: a life shorter than a second
+ * (a crash soon after a first grant) would otherwise start the new counter below the old one.
+ * Entry fences stay below 2^47 until the year 2112, so a token (`entry << 16 | turn`, batch.ts)
+ * stays inside a signed 64-bit column. See docs/redis.md, "Fencing tokens".
  */
-export const FENCES_PER_SECOND = 32768;
+export const MICROSECONDS_PER_FENCE = 32;
 
 /**
  * Lua: after `<fence> = INCR <counterKey>`, a counter that was just made (1) is moved to the
@@ -15,7 +17,7 @@ export const FENCES_PER_SECOND = 32768;
 export function fenceEpochLua(fence: string, counterKey: string): string {
   return `if ${fence} == 1 then
   local clock = redis.call('time')
-  ${fence} = tonumber(clock[1]) * ${FENCES_PER_SECOND}
+  ${fence} = math.floor((tonumber(clock[1]) * 1000000 + tonumber(clock[2])) / ${MICROSECONDS_PER_FENCE})
   redis.call('set', ${counterKey}, string.format('%d', ${fence}))
 end`;
 }

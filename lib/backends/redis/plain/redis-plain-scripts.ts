@@ -1,4 +1,4 @@
-import { FENCES_PER_SECOND } from '../fence-epoch-lua';
+import { MICROSECONDS_PER_FENCE } from '../fence-epoch-lua';
 import { RedisScript } from '../redis-script';
 
 /**
@@ -31,7 +31,7 @@ export const plainAcquireScript = new RedisScript<PlainAcquireReply>(
 local fence = tonumber(redis.call('get', KEYS[2]))
 if fence then fence = fence + 1 else
   local clock = redis.call('time')
-  fence = tonumber(clock[1]) * ${FENCES_PER_SECOND}
+  fence = math.floor((tonumber(clock[1]) * 1000000 + tonumber(clock[2])) / ${MICROSECONDS_PER_FENCE})
 end
 if not redis.call('set', KEYS[1], string.format('%d', fence) .. ' ' .. ARGV[1], 'NX', 'PX', ARGV[2]) then
   if ARGV[3] then
