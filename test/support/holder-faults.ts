@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import type { BackendOptions, LockService } from '../../lib';
-import { createBackend, DEFAULT_BACKEND_SETTINGS } from '../../lib/backends/registry';
+import { createBackend } from '../../lib/backends/registry';
 import type { Connection } from '../../sample-app/backends/sample-backend';
 import type { StockStore } from '../../sample-app/inventory/stock-store';
 import { HolderProcess } from './holder-process';
@@ -30,13 +30,8 @@ export class HolderFaults {
     return `fault-${process.pid}-${++this.seq}`;
   }
 
-  /** `ttlMs`: the module's (the backend's settings and the service's default), else the library's default. */
-  async service(ttlMs?: number): Promise<LockService> {
-    const options = { type: this.type, ...this.connection() } as BackendOptions;
-    const created =
-      ttlMs === undefined
-        ? lockServiceOver(await createBackend(options))
-        : lockServiceOver(await createBackend(options, { ...DEFAULT_BACKEND_SETTINGS, ttlMs }), { ttlMs });
+  async service(): Promise<LockService> {
+    const created = lockServiceOver(await createBackend({ type: this.type, ...this.connection() } as BackendOptions));
     this.services.push(created);
     return created;
   }
