@@ -7,6 +7,7 @@ import { createBackend } from '../lib/backends/registry';
 import { quorum } from '../lib/backends/redlock/redlock-options';
 import { acquireScript, redlockKeys, releaseScript } from '../lib/backends/redlock/redlock-scripts';
 import type { RedisScript } from '../lib/backends/redis/redis-script';
+import { beginLifeScript, LIFE_KEY } from '../lib/backends/redis/server-life-scripts';
 import { RedisMasters } from '../servers/redis-masters';
 import { lockServiceOver } from './lock-services';
 import { printFlashSale } from './report';
@@ -165,7 +166,10 @@ async function runOn(count: number): Promise<void> {
 function scriptsAlone(clients: Redis[]): LockRunner {
   const majority = quorum(clients.length);
   let seq = 0;
+  // The masters' life markers, as the library writes them at its first grant (server-life.ts).
+  const lives = Promise.all(clients.map((client) => beginLifeScript.run(client, [LIFE_KEY], ['bench', LEASE_MS])));
   return async (name, section) => {
+    await lives;
     const entry = `floor-${(++seq).toString(36)}`;
     const keys = redlockKeys(name);
     const grants = await firstMajority(clients, (client) => acquireScript.run(client, keys, [entry, LEASE_MS]), majority);

@@ -11,6 +11,13 @@ export interface RedisServer {
 }
 
 /**
+ * The persistence a lock server needs (README, "Before production"): a restart keeps every lock,
+ * fence and the life marker. For fault tests about reachability, where a restart must not also be
+ * a loss of data (that is its own test: a restart without data is quarantined for a ttl).
+ */
+export const DURABLE_REDIS_ARGS = ['--appendonly', 'yes', '--appendfsync', 'always'];
+
+/**
  * A throwaway redis-server (Debian's package) on a free loopback port, its files in a temp dir.
  * No persistence by default (`--save '' --appendonly no`): a restart loses every key, which is
  * what the restart test wants. Pass extra arguments (e.g. `--appendonly yes`) to change that.

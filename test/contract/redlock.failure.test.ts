@@ -1,4 +1,5 @@
 import { RedisMasters } from '../../servers/redis-masters';
+import { DURABLE_REDIS_ARGS } from '../../servers/redis-server';
 import type { ServerFaults } from '../support/server-faults';
 import { TcpProxy } from '../support/tcp-proxy';
 import { runFailureContract } from './failure.contract';
@@ -14,7 +15,8 @@ runFailureContract({
   // Read locks and semaphores are not built on Redlock's votes (docs/redlock.md): it refuses them.
   modes: false,
   async start() {
-    const masters = await RedisMasters.start(3);
+    // Killed and restarted between cases while clients stay connected: with their data, as in production.
+    const masters = await RedisMasters.start(3, DURABLE_REDIS_ARGS);
     const proxies = await Promise.all(masters.masters.map((master) => TcpProxy.start(master.port)));
     const distinct = (addresses: string[]) => addresses.find((address) => addresses.every((other) => other === address || !other.includes(address)))!;
     const proxied = proxies.map((proxy) => proxy.address);

@@ -20,7 +20,8 @@ export type HolderEvent =
   /** The critical section ran as holder from `start` to `end` (the handler's end, or its lock's loss if earlier). */
   | { type: 'section'; fencingToken: string; start: string; end: string }
   | { type: 'done'; error?: { name: string; message: string; reason?: string } }
-  | { type: 'lost'; message: string }
+  /** `at`: process.hrtime.bigint() when the signal fired, as `grantedAt`. */
+  | { type: 'lost'; message: string; at: string }
   | { type: 'written' }
   | { type: 'released' }
   | { type: 'error'; name: string; message: string };
@@ -127,7 +128,7 @@ export class HolderProcess {
   }
 
   /** Resolves when the child reports the lock lost. */
-  lost(timeoutMs: number): Promise<{ type: 'lost'; message: string }> {
+  lost(timeoutMs: number): Promise<Extract<HolderEvent, { type: 'lost' }>> {
     return this.next('lost', timeoutMs, 0);
   }
 

@@ -34,7 +34,7 @@ async function main(): Promise<void> {
             command.limit === undefined
               ? await locks.acquire(command.name, { waitTimeoutMs: command.waitTimeoutMs, renew: command.renew, mode: command.mode })
               : await locks.acquireSemaphore(command.name, command.limit, { waitTimeoutMs: command.waitTimeoutMs, renew: command.renew });
-          lock.signal.addEventListener('abort', () => send({ type: 'lost', message: String(lock!.signal.reason?.message) }));
+          lock.signal.addEventListener('abort', () => send({ type: 'lost', message: String(lock!.signal.reason?.message), at: now().toString() }));
           return send({ type: 'acquired', fencingToken: lock.fencingToken.toString(), grantedAt: now().toString() });
         case 'withLock':
           return send(await criticalSection(locks, command, send));

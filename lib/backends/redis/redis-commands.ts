@@ -5,6 +5,7 @@ import { lockKeys, type LockKeys } from './redis-keys';
 import { acquireScript, cancelScript, checkScript, releaseScript, renewManyScript, renewScript, type AcquireReply } from './redis-lock-scripts';
 import { modeAcquireScript, modeCancelScript, modeCheckScript, modeReleaseScript, modeRenewScript, type ModeAcquireReply } from './redis-mode-scripts';
 import type { RedisScript } from './redis-script';
+import { LIFE_KEY } from './server-life-scripts';
 
 const KEY_CACHE_SIZE = 10_000;
 
@@ -42,6 +43,9 @@ export interface ModeQueueEntry extends QueueEntry {
 export class RedisCommands {
   /** Key names per lock key, built once: apps lock a bounded set of names, and a cycle needs them twice. */
   private readonly keyCache = new Map<string, LockKeys>();
+  /** The keys of the scripts that grant: the lock's and the server's life marker (none on a Cluster, see LIFE_KEY). */
+  private readonly grantingKeyCache = new Map<string, readonly string[]>();
+  private readonly lifeKeys: readonly string[];
 
   /**
    * Renewals due in one tick, sent as one script call; undefined on a Cluster, whose names hash
@@ -53,19 +57,21 @@ export class RedisCommands {
     private readonly connections: RedisConnections,
     private readonly clientId: string,
   ) {
-    if ((connections.client as { isCluster?: boolean }).isCluster !== true) {
+    const cluster = (connections.client as { isCluster?: boolean }).isCluster === true;
+    this.lifeKeys = cluster ? [] : [LIFE_KEY];
+    if (!cluster) {
       this.renewals = new SameTickBatches(RENEWALS_PER_CALL, (renewals) => this.renewMany(renewals));
     }
   }
 
   /** The acquire script without queueing (see AcquireReply). */
   tryAcquire(key: string, owner: string, ttlMs: number): Promise<AcquireReply> {
-    return this.run(acquireScript, 'try to acquire', key, [owner, ttlMs]);
+    return this.run(acquireScript, 'try to acquire', key, [owner, ttlMs], this.grantingKeys(key));
   }
 
   /** The acquire script for an entry that may queue, its answer handed to `answered`. */
   acquire(key: string, owner: string, ttlMs: number, staleAfterMs: number, answered: Answered<AcquireReply>): void {
-    this.connections.runCallTo(acquireScript.call(this.keysOf(key).all, [owner, ttlMs, `${staleAfterMs} ${this.clientId}`]), 'acquire', key, answered);
+    this.connections.runCallTo(acquireScript.call(this.grantingKeys(key), [owner, ttlMs, `${staleAfterMs} ${this.clientId}`]), 'acquire', key, answered);
   }
 
   /**
@@ -110,13 +116,13 @@ export class RedisCommands {
   check(key: string, staleAfterMs: number, entries: Iterable<QueueEntry>) {
     const args: (string | number)[] = [this.clientId, staleAfterMs];
     for (const entry of entries) args.push(entry.owner, entry.ttlMs);
-    return this.run(checkScript, 'check the queue of', key, args);
+    return this.run(checkScript, 'check the queue of', key, args, this.grantingKeys(key));
   }
 
   /** The mode acquire script (see ModeAcquireReply); it queues when `staleAfterMs` is given. */
   acquireMode(key: string, owner: string, ttlMs: number, mode: string, staleAfterMs?: number): Promise<ModeAcquireReply> {
     const args = staleAfterMs === undefined ? [owner, ttlMs, mode] : [owner, ttlMs, mode, `${staleAfterMs} ${this.clientId}`];
-    return this.run(modeAcquireScript, staleAfterMs === undefined ? 'try to acquire' : 'acquire', key, args);
+    return this.run(modeAcquireScript, staleAfterMs === undefined ? 'try to acquire' : 'acquire', key, args, this.grantingKeys(key));
   }
 
   /** renew() for a read or permit entry, owner-checked against `value` ('<fence> <owner>'). */
@@ -137,7 +143,7 @@ export class RedisCommands {
   checkModes(key: string, staleAfterMs: number, entries: Iterable<ModeQueueEntry>) {
     const args: (string | number)[] = [this.clientId, staleAfterMs];
     for (const entry of entries) args.push(entry.owner, entry.ttlMs, entry.scriptMode);
-    return this.run(modeCheckScript, 'check the queue of', key, args);
+    return this.run(modeCheckScript, 'check the queue of', key, args, this.grantingKeys(key));
   }
 
   private leave(script: RedisScript<0 | 1>, key: string, owner: string, quiet: boolean): Promise<unknown> {
@@ -148,6 +154,15 @@ export class RedisCommands {
 
   private run<Reply>(script: RedisScript<Reply>, verb: string, key: string, args: readonly (string | number)[], keys = this.keysOf(key).all): Promise<Reply> {
     return this.connections.runScript(script, keys, args, verb, key);
+  }
+
+  private grantingKeys(key: string): readonly string[] {
+    let keys = this.grantingKeyCache.get(key);
+    if (!keys) {
+      if (this.grantingKeyCache.size >= KEY_CACHE_SIZE) this.grantingKeyCache.clear();
+      this.grantingKeyCache.set(key, (keys = [...this.keysOf(key).all, ...this.lifeKeys]));
+    }
+    return keys;
   }
 
   private keysOf(key: string): LockKeys {

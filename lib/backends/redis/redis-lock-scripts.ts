@@ -1,13 +1,16 @@
+import { fenceEpochLua } from './fence-epoch-lua';
 import { MODE_LUA, SHARED_VALUE } from './redis-mode-lua';
 import { RedisScript } from './redis-script';
+import { lifeCheckLua, type LifeReply } from './server-life-scripts';
 
 /** Grants are published on `<prefix><clientId>`; an ACL user needs `&nest-distributed-lock:*`. */
 export const GRANT_CHANNEL_PREFIX = 'nest-distributed-lock:';
 
 /*
  * The lock as Lua, one script per operation, so each is one round trip and atomic.
- * KEYS (see redis-keys.ts): 1 owner, 2 fence, 3 queue, 4 waiters, 5 alive; read and permit
- * entries (redis-mode-lua.ts) also use two keys derived from the owner key's name.
+ * KEYS (see redis-keys.ts): 1 owner, 2 fence, 3 queue, 4 waiters, 5 alive, and for the scripts
+ * that grant, 6 the server's life marker (server-life-scripts.ts; absent on a Cluster); read and
+ * permit entries (redis-mode-lua.ts) also use two keys derived from the owner key's name.
  * Redis time (TIME) decides whether a waiter is alive, so client clocks never matter. Scripts
  * write after TIME, which Redis allows since 5.0 (effects replication; the default from 5.0).
  */
@@ -60,7 +63,9 @@ local function split(value)
 end
 
 local function next_fence()
-  return string.format('%d', redis.call('incr', KEYS[2]))
+  local fence = redis.call('incr', KEYS[2])
+  ${fenceEpochLua('fence', 'KEYS[2]')}
+  return string.format('%d', fence)
 end
 
 local function own(owner, ttl, fence)
@@ -143,20 +148,23 @@ export const COMMON = QUEUING + HANDING;
 export type QueuedReply = [0, number, string, number];
 
 /** The acquire script's reply: the fence when granted, else why not (see acquireScript). */
-export type AcquireReply = number | [0, number] | QueuedReply;
+export type AcquireReply = number | [0, number] | QueuedReply | LifeReply;
 
 /**
  * ARGV: owner, ttlMs, and, when the caller may queue, '<staleAfterMs> <clientId>'.
  * Reply: the fence (an integer) when granted; {0, ownerPttlMs} when held by another and the
  * caller may not queue; when queued {0, ownerPttlMs, fence, serverMs}: the fence the entry will
  * hold the lock with, and the server's time (ms), which bounds how far the server's clock is
- * ahead of ours. The common case costs the fewest words each way: Redis spends about as much on
+ * ahead of ours; the life check's reply (LifeReply) when the server is closed to grants.
+ * The common case costs the fewest words each way: Redis spends about as much on
  * each argument and on a table reply as on a command.
  */
 export const acquireScript = new RedisScript<AcquireReply>(
   'acquire',
-  `-- The fence first: the lock's if the key is free, this caller's place in the queue otherwise.
+  `${lifeCheckLua(6, 'ARGV[2]')}
+-- The fence first: the lock's if the key is free, this caller's place in the queue otherwise.
 local fence = redis.call('incr', KEYS[2])
+${fenceEpochLua('fence', 'KEYS[2]')}
 local fence_text = string.format('%d', fence)
 local taken = redis.call('set', KEYS[1], fence_text .. ' ' .. ARGV[1], 'nx', 'px', ARGV[2])
 -- The common case, before any function is made: a free key, nobody queued.
@@ -253,11 +261,12 @@ return 0
  * lost, and puts back waiters whose entries vanished (a server restart without persistence).
  * ARGV: clientId, staleAfterMs, then owner, ttlMs pairs in local FIFO order.
  * Reply: {ownerPttlMs, {owner, fence, ...} of the local waiters that own the lock,
- * {owner, ...} of the local waiters put back in the queue (with new fences), serverMs}.
+ * {owner, ...} of the local waiters put back in the queue (with new fences), serverMs}, or the
+ * life check's (LifeReply): the waiters vanished with the server's data, and nothing is granted yet.
  */
-export const checkScript = new RedisScript<[number, string[], string[], number]>(
+export const checkScript = new RedisScript<[number, string[], string[], number] | LifeReply>(
   'check',
-  `${COMMON}
+  `${lifeCheckLua(6)}${COMMON}
 local now = now_ms()
 mark_alive(ARGV[1], tonumber(ARGV[2]), now)
 hand_off_if_expired()

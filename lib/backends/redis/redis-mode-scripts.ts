@@ -3,6 +3,7 @@ import type { AcquireRequest } from '../lock-backend.interface';
 import { COMMON } from './redis-lock-scripts';
 import { MODE_LUA } from './redis-mode-lua';
 import { RedisScript } from './redis-script';
+import { lifeCheckLua, type LifeReply } from './server-life-scripts';
 
 /*
  * The scripts of read and permit entries: a read entry stands for a batch of one process's
@@ -23,7 +24,7 @@ end
 `;
 
 /** The mode acquire script's reply: see modeAcquireScript. */
-export type ModeAcquireReply = number | [0, number] | [0, number, string, number] | [-1, string];
+export type ModeAcquireReply = number | [0, number] | [0, number, string, number] | [-1, string] | LifeReply;
 
 /** A read or permit entry's mode as the scripts take it: 'r', or 'p<limit>'. */
 export function scriptMode({ mode, limit }: Pick<AcquireRequest, 'mode' | 'limit'>): string {
@@ -43,7 +44,7 @@ export function limitRefused(key: string, limit: number | undefined, other: stri
  */
 export const modeAcquireScript = new RedisScript<ModeAcquireReply>(
   'acquire (mode)',
-  `${MODES}${NEXT_CHANGE}
+  `${lifeCheckLua(6, 'ARGV[2]')}${MODES}${NEXT_CHANGE}
 local owner, ttl, mode = ARGV[1], ARGV[2], ARGV[3]
 local now = now_ms()
 -- Leases that ran out and entries that may go are settled first: they change this entry's answer.
@@ -134,9 +135,9 @@ return granted
  * Reply: {nextChangeMs, {owner, fence, grantedAtMs, ...} of the local waiters that hold,
  * {owner, ...} of those put back, serverMs}.
  */
-export const modeCheckScript = new RedisScript<[number, string[], string[], number]>(
+export const modeCheckScript = new RedisScript<[number, string[], string[], number] | LifeReply>(
   'check (mode)',
-  `${MODES}${NEXT_CHANGE}
+  `${lifeCheckLua(6)}${MODES}${NEXT_CHANGE}
 local now = now_ms()
 mark_alive(ARGV[1], tonumber(ARGV[2]), now)
 if not writer_holds() then grant_queue(now) end

@@ -47,6 +47,16 @@ export interface RedisBackendOptions {
    * each other. Plain gives up FIFO and read locks/semaphores (docs/redis.md, "Protocol: plain").
    */
   protocol?: RedisProtocol;
+  /**
+   * Default `true`. A server restarted without its data (no persistence, or a flush) forgets
+   * every lock while their holders still run: when a process that knew the server finds its
+   * life marker gone, no lock name is granted there for the longest ttl that process knows of,
+   * so every lease of the former life ends first (the "delayed restart" of the Redis docs, done
+   * by the library; docs/redis.md, "A restart without the data"). `false` grants at once after
+   * such a restart, and two processes may then hold one name until the old holder's renewal
+   * fails. Not on Redis Cluster, whose scripts reach one slot only. The native protocol only.
+   */
+  restartProtection?: boolean;
 }
 
 /** See RedisBackendOptions.protocol. */
@@ -60,7 +70,7 @@ const SCHEMELESS_ADDRESS = /^(?:[\w.-]+|\[[\da-fA-F:.]+\])(?::\d{1,5})?(?:\/\d+)
 
 /** Checks the options before any connection is made; the error names the option to change. */
 export function validateRedisOptions(options: RedisBackendOptions): void {
-  allowOnlyFields('redis', options, ['url', 'client', 'options', 'protocol']);
+  allowOnlyFields('redis', options, ['url', 'client', 'options', 'protocol', 'restartProtection']);
   const { url, client, options: clientOptions } = options;
   if (url === undefined && client === undefined && clientOptions === undefined) {
     throw new LockConfigError('backend.url', "the redis backend needs one of url, client or options, e.g. { type: 'redis', url: 'redis://127.0.0.1:6379' }.");
@@ -74,6 +84,9 @@ export function validateRedisOptions(options: RedisBackendOptions): void {
   }
   if (options.protocol !== undefined && !PROTOCOLS.includes(options.protocol)) {
     throw new LockConfigError('backend.protocol', `must be 'native' (the default) or 'plain', got ${JSON.stringify(options.protocol)}.`);
+  }
+  if (options.restartProtection !== undefined && typeof options.restartProtection !== 'boolean') {
+    throw new LockConfigError('backend.restartProtection', `must be true (the default) or false, got ${JSON.stringify(options.restartProtection)}.`);
   }
 }
 

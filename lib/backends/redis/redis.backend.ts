@@ -15,6 +15,8 @@ import { validateRedisOptions, type RedisBackendOptions } from './redis-options'
 import { ownerValue, RedisCommands } from './redis-commands';
 import { KeyWatches, type KeyWatch } from './redis-key-watches';
 import { forceReleaseRedisLock, inspectRedisLock } from './redis-inspect';
+import { ServerLife } from './server-life';
+import { lifeReply, type LifeReply } from './server-life-scripts';
 
 /**
  * A holder hands the lock to the next caller of its batch at once only when its lease is known
@@ -62,6 +64,8 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   private readonly closing = new AbortController();
   private readonly connections: RedisConnections;
   private readonly commands: RedisCommands;
+  /** Finds a restart that lost the data, and keeps the server from granting until old leases ended. */
+  private readonly life: ServerLife;
 
   /**
    * Validates and starts connecting in the background: never waits for the server (see
@@ -76,9 +80,11 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     });
     validateRedisOptions(options);
     this.connections = new RedisConnections(options, settings, this.channel, () => {
+      this.life.reconnected();
       // Grants published while the subscriber was reconnecting are lost: check every waiting key now.
       for (const key of this.watches.keys()) this.watches.schedule(key, -1, 0);
     });
+    this.life = new ServerLife(this.connections, settings.ttlMs, options.restartProtection !== false, 'redis');
     this.commands = new RedisCommands(this.connections, this.clientId);
     this.address = this.connections.address;
     this.listen();
@@ -110,15 +116,20 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   }
 
   /** The acquire script of the request's mode without queueing; the try's owner id names its entry. */
-  protected async tryTake(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
+  protected async tryTake(request: Omit<AcquireRequest, 'signal'>, afterLife = false): Promise<LockGrant | null> {
     const { key, owner, ttlMs } = request;
     const write = (request.mode ?? 'write') === 'write';
     const sentAt = performance.now();
     const ttl = Math.ceil(ttlMs);
+    this.life.asked(ttl);
     let reply: AcquireReply | ModeAcquireReply;
     let requestedAt: number | undefined;
     try {
       reply = write ? await this.commands.tryAcquire(key, owner, ttl) : await this.commands.acquireMode(key, owner, ttl, scriptMode(request));
+      const life = lifeReply(reply);
+      // A first boot's marker written, the try goes again (once); a quarantined server grants nothing.
+      if (life) return (await this.life.after(life)) === 0 && !afterLife ? this.tryTake(request, true) : null;
+      this.life.answered();
       // The reply came so late (a paused process) that the lease may be nearly over: ask first.
       if (typeof reply === 'number') requestedAt = isLate(sentAt, ttl) ? await this.confirmGrant(key, owner, reply, ttl, write) : sentAt;
     } catch (error) {
@@ -180,6 +191,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   /** BatchEntries: the acquire script of the batch's mode for its entry, with its first caller's ttl. */
   send(batch: RedisBatch): void {
     batch.ttlMs = Math.ceil(batch.peek()!.request.ttlMs);
+    this.life.asked(batch.ttlMs);
     batch.askedAt = performance.now();
     this.entries.set(batch.owner, batch);
     this.sendAcquire(batch, batch.askedAt);
@@ -283,6 +295,9 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   /** The acquire script's answer for the batch's entry: granted, queued behind someone, or (a permit) refused for its limit. */
   private onQueued(batch: RedisBatch, reply: AcquireReply | ModeAcquireReply, sentAt: number): void {
     batch.answered = true;
+    const life = lifeReply(reply);
+    if (life) return this.waitOutLife(batch, life);
+    this.life.answered();
     const granted = typeof reply === 'number';
     // Else withdrawn (its cancel, sent after, hands a grant on), or granted by a message that came first.
     if (this.isWaiting(batch)) {
@@ -298,6 +313,22 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
       }
     }
     this.queues.sent(batch, !granted);
+  }
+
+  /**
+   * The server granted nothing for its life check: the entry waits as one whose queue vanished,
+   * and the safety check puts it in the queue (or grants it) once the marker is written or the
+   * quarantine is over.
+   */
+  private waitOutLife(batch: RedisBatch, reply: LifeReply): void {
+    if (this.isWaiting(batch)) {
+      this.watches.add(batch);
+      void this.life.after(reply).then(
+        (waitMs) => this.watches.schedule(batch.key, -1, waitMs),
+        () => this.watches.schedule(batch.key, -1),
+      );
+    }
+    this.queues.sent(batch, true);
   }
 
   /**
@@ -403,7 +434,10 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   private async checkWrites(key: string, watch: KeyWatch<RedisBatch>, waiting: RedisBatch[]): Promise<void> {
     const sentAt = performance.now();
     try {
-      const [ownerPttlMs, granted, , serverMs] = await this.commands.check(key, this.watches.staleAfter(key, watch.shortestTtlMs), waiting);
+      const reply = await this.commands.check(key, this.watches.staleAfter(key, watch.shortestTtlMs), waiting);
+      const life = lifeReply(reply);
+      if (life) return this.watches.schedule(key, -1, await this.life.after(life));
+      const [ownerPttlMs, granted, , serverMs] = reply as Exclude<typeof reply, LifeReply>;
       watch.clock.sample(serverMs, sentAt);
       // Granted at some earlier time: the lease ends ownerPttlMs after serverMs, so it began a ttl before that.
       for (let i = 0; i < granted.length; i += 2) {
@@ -419,7 +453,10 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   private async checkModes(key: string, watch: KeyWatch<RedisBatch>, waiting: RedisBatch[]): Promise<void> {
     const sentAt = performance.now();
     try {
-      const [nextChangeMs, granted, , serverMs] = await this.commands.checkModes(key, this.watches.staleAfter(key, watch.shortestTtlMs), waiting);
+      const reply = await this.commands.checkModes(key, this.watches.staleAfter(key, watch.shortestTtlMs), waiting);
+      const life = lifeReply(reply);
+      if (life) return this.watches.schedule(key, -1, await this.life.after(life));
+      const [nextChangeMs, granted, , serverMs] = reply as Exclude<typeof reply, LifeReply>;
       watch.clock.sample(serverMs, sentAt);
       // {owner, fence, grantedAtMs} of each entry granted: its lease began then, by the server's clock.
       for (let i = 0; i < granted.length; i += 3) this.grantLate(key, granted[i], granted[i + 1], Number(granted[i + 2]));

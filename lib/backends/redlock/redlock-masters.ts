@@ -4,10 +4,12 @@ import type { BackendSettings } from '../backend-definition';
 import { redisAddress } from '../redis/redis-address';
 import { RedisConnections } from '../redis/redis-connection';
 import type { RedisBackendOptions } from '../redis/redis-options';
-import type { RedisScript } from '../redis/redis-script';
+import type { RedisScript, ScriptCall } from '../redis/redis-script';
+import { ServerLife } from '../redis/server-life';
+import { lifeReply } from '../redis/server-life-scripts';
 import type { RedlockBackendOptions } from './redlock-options';
 import { quorum } from './redlock-options';
-import { redlockKeys } from './redlock-scripts';
+import { acquireScript, redlockKeys } from './redlock-scripts';
 
 /** One master's answer to one request: its reply, its error, or undefined when it did not answer in time. */
 export type Answer<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: Error } | undefined;
@@ -24,6 +26,8 @@ export class RedlockMasters {
   /** Each master as errors show it: `host:port`, never a password. */
   readonly addresses: string[];
   readonly quorum: number;
+  /** Per master: finds a restart that lost its data, and keeps it from voting until old leases ended. */
+  private readonly lives: ServerLife[];
   private readonly keyCache = new Map<string, string[]>();
   private wasReady = false;
 
@@ -47,12 +51,14 @@ export class RedlockMasters {
     const ownSubscribers = !options.clients;
     this.connections = perMaster.map((master, index) => {
       const connections: RedisConnections = new RedisConnections(master, settings, channel, () => {
+        this.lives[index].reconnected();
         if (!ownSubscribers) return onResubscribed();
         connections.subscriber.subscribe(channel).then(onResubscribed, () => undefined);
       });
       connections.subscriber.on('message', (_channel: string, key: string) => onWord(index, key));
       return connections;
     });
+    this.lives = this.connections.map((connections) => new ServerLife(connections, settings.ttlMs, options.restartProtection !== false, 'redlock'));
     this.addresses = perMaster.map((master) => redisAddress(master));
     this.quorum = quorum(this.connections.length);
   }
@@ -110,10 +116,13 @@ export class RedlockMasters {
       if (!finished && (--pending === 0 || decided?.(answers))) finish();
     };
     const { connections } = this;
+    const voting = (script as RedisScript<unknown>) === acquireScript;
+    const answered = voting ? this.lifeAware(call, verb, key, settle) : settle;
     for (let index = 0; index < connections.length; index++) {
       if (only && !only[index]) continue;
       pending++;
-      connections[index].runCallTo(call, verb, key, settle, index);
+      if (voting) this.lives[index].asked(Number(args[1]));
+      connections[index].runCallTo(call, verb, key, answered, index);
     }
     if (pending === 0) finish();
   }
@@ -202,6 +211,23 @@ export class RedlockMasters {
 
   close(): void {
     for (const connections of this.connections) connections.close();
+  }
+
+  /**
+   * A vote's answers, past its master's life check: a master with no marker (a first boot, or
+   * data lost) has it dealt with (ServerLife.after) and is asked again, or counts as refusing
+   * for the quarantine it is under.
+   */
+  private lifeAware<T>(call: ScriptCall<T>, verb: string, key: string, settle: (error: Error | undefined, value: T | undefined, index: number) => void) {
+    return (error: Error | undefined, value: T | undefined, index: number): void => {
+      const life = error ? undefined : lifeReply(value);
+      if (!error && !life) this.lives[index].answered();
+      if (life?.[0] !== -2) return settle(error, value, index);
+      this.lives[index].after(life).then(
+        (waitMs) => (waitMs > 0 ? settle(undefined, [-3, 0, waitMs] as T, index) : this.connections[index].runCallTo(call, verb, key, settle, index)),
+        (failure: Error) => settle(failure, undefined, index),
+      );
+    };
   }
 
   private keysOf(key: string): string[] {

@@ -40,6 +40,14 @@ export interface RedlockBackendOptions {
    * after a random delay up to this long, so that two waiters do not split again. Default 10.
    */
   retryJitterMs?: number;
+  /**
+   * Default `true`. A master restarted without its data forgets its votes while their holders
+   * still run, and could make a second majority with the others' free votes: when a process that
+   * knew the master finds its life marker gone, the master votes for nobody for the longest ttl
+   * that process knows of (docs/redlock.md, "A master restarted without its data"). `false`
+   * counts such a master's votes at once, which Redlock's safety argument does not allow.
+   */
+  restartProtection?: boolean;
 }
 
 export const DEFAULT_REQUEST_TIMEOUT_MS = 200;
@@ -52,7 +60,7 @@ const URL = /^rediss?:\/\/.+|^(?:[\w.-]+|\[[\da-fA-F:.]+\]):\d{1,5}$/i;
 
 /** Checks the options before any connection is made; the error names the option to change. */
 export function validateRedlockOptions(options: RedlockBackendOptions): void {
-  allowOnlyFields('redlock', options, ['urls', 'clients', 'options', 'requestTimeoutMs', 'driftFactor', 'retryJitterMs']);
+  allowOnlyFields('redlock', options, ['urls', 'clients', 'options', 'requestTimeoutMs', 'driftFactor', 'retryJitterMs', 'restartProtection']);
   const { urls, clients, options: clientOptions, requestTimeoutMs, driftFactor, retryJitterMs } = options;
   if ((urls === undefined) === (clients === undefined)) {
     throw new LockConfigError('backend.urls', `give either urls or clients (one per master, at least ${MIN_MASTERS}), e.g. { type: 'redlock', urls: ['redis://a:6379', 'redis://b:6379', 'redis://c:6379'] }.`);
@@ -82,6 +90,9 @@ export function validateRedlockOptions(options: RedlockBackendOptions): void {
   }
   if (driftFactor !== undefined && (typeof driftFactor !== 'number' || !(driftFactor >= 0 && driftFactor < 0.5))) {
     throw new LockConfigError('backend.driftFactor', `must be a number from 0 to below 0.5 (a fraction of the ttl), got ${String(driftFactor)}.`);
+  }
+  if (options.restartProtection !== undefined && typeof options.restartProtection !== 'boolean') {
+    throw new LockConfigError('backend.restartProtection', `must be true (the default) or false, got ${JSON.stringify(options.restartProtection)}.`);
   }
   if (retryJitterMs !== undefined) {
     assertMilliseconds('backend.retryJitterMs', retryJitterMs, (ms) => Number.isFinite(ms) && ms >= 0, 'a finite number of milliseconds, 0 or more');

@@ -1,15 +1,17 @@
+import { fenceEpochLua } from '../redis/fence-epoch-lua';
 import { RedisScript } from '../redis/redis-script';
+import { LIFE_KEY, lifeCheckLua, type LifeReply } from '../redis/server-life-scripts';
 
 /** The channel a master publishes "the lock is free" on, for the process `waiterId`. */
 export const WAKE_CHANNEL_PREFIX = 'redlock:wake:';
 
 /**
  * The keys of one lock name on every master: the lock (its value the holder's entry id), the
- * fence counter (never expires), and the waiting processes in arrival order with the server
- * time each goes stale at.
+ * fence counter (never expires), the waiting processes in arrival order with the server
+ * time each goes stale at, and the master's life marker (server-life-scripts.ts).
  */
 export function redlockKeys(key: string): string[] {
-  return [key, `${key}~fence`, `${key}~waiters`, `${key}~waiter-stale`];
+  return [key, `${key}~fence`, `${key}~waiters`, `${key}~waiter-stale`, LIFE_KEY];
 }
 
 /** The server's time in ms, read only where needed: a lock taken and freed with nobody waiting costs the fewest calls. */
@@ -36,8 +38,11 @@ export const WAKE = `local function wake(skip)
   end
 end`;
 
-/** The acquire script's reply from one master: the fence when it granted, else {0, fence, pttl}. */
-export type MasterVote = number | [0, number, number];
+/**
+ * The acquire script's reply from one master: the fence when it granted, else {0, fence, pttl},
+ * or the life check's refusal (a master that lost its data grants nothing for a while).
+ */
+export type MasterVote = number | [0, number, number] | LifeReply;
 
 /**
  * ARGV: entry id, ttl ms, and, for a waiter (none for a try-lock), '<listed> <waiter id>
@@ -53,13 +58,15 @@ export type MasterVote = number | [0, number, number];
  */
 export const acquireScript = new RedisScript<MasterVote>(
   'redlock-acquire',
-  `local won = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+  `${lifeCheckLua(5, 'ARGV[2]')}
+local won = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if not won and redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   won = true
 end
 if won then
   local fence = redis.call('INCR', KEYS[2])
+  ${fenceEpochLua('fence', 'KEYS[2]')}
   -- 49: '1', a waiter that may be listed here.
   if ARGV[3] and string.byte(ARGV[3], 1) == 49 then
     local waiter = string.match(ARGV[3], '^1 (%S+)')

@@ -42,13 +42,14 @@ describe('redis backend connection setups', () => {
 
   describe('an ACL user with only the permissions docs/redis.md lists', () => {
     let redis: RedisServer;
-    const commands = '+evalsha +eval +subscribe +get +set +del +exists +incr +pttl +pexpire +lpop +rpush +llen +hget +hset +hdel +hexists +time +publish';
+    // The life marker's (docs/redis.md, "A restart without the data"): +hmget +hsetnx and its key.
+    const commands = '+evalsha +eval +subscribe +get +set +del +exists +incr +pttl +pexpire +lpop +rpush +llen +hget +hset +hdel +hexists +time +publish +hmget +hsetnx';
     before(async () => {
       redis = await startRedisServer([
         '--user', 'default', 'off',
         // ioredis' ready check runs INFO; without +info it still connects, with a warning.
         // +ping for the health check (docs/redis.md lists it apart: the locks themselves do not need it).
-        '--user', 'locks', 'on', '>s3cret', 'resetkeys', '~{lock:*', 'resetchannels', '&nest-distributed-lock:*', '-@all', ...commands.split(' '), '+info', '+ping',
+        '--user', 'locks', 'on', '>s3cret', 'resetkeys', '~{lock:*', '~nest-distributed-lock:life', 'resetchannels', '&nest-distributed-lock:*', '-@all', ...commands.split(' '), '+info', '+ping',
       ]);
     });
     after(() => redis.stop());

@@ -8,7 +8,7 @@ import { DistributedLockModule, LockLostError, LockServerUnreachableError, LockS
 import { createRedisBackend, type RedisLockBackend } from '../../../lib/backends/redis/redis.backend';
 import type { RedisBackendOptions } from '../../../lib/backends/redis/redis-options';
 import { lockServiceOver } from '../../support/lock-service-factory';
-import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
+import { DURABLE_REDIS_ARGS, startRedisServer, type RedisServer } from '../../../servers/redis-server';
 import { abortedWithin, eventually, FAULT_SUITE_TIMEOUT_MS, sleep } from '../../support/timing';
 import { TcpProxy } from '../../support/tcp-proxy';
 
@@ -27,7 +27,9 @@ describe('redis backend when the server cannot be reached', { timeout: FAULT_SUI
   let seq = 0;
   const newName = () => `down-${process.pid}-${++seq}`;
 
-  before(async () => (redis = await startRedisServer()));
+  // Restarted with its data, as in production: these cases are about reachability (a restart
+  // without data is quarantined for a ttl, redis-restart.test.ts).
+  before(async () => (redis = await startRedisServer(DURABLE_REDIS_ARGS)));
   after(() => redis.stop());
   afterEach(async () => {
     for (const cleanup of cleanups.splice(0).reverse()) await cleanup();

@@ -24,6 +24,7 @@ describe('redis backend options', () => {
       [{ type: 'redis', url: '127.0.0.1:6379 ' }, 'backend.url'],
       [{ type: 'redis', url: 'redis://127.0.0.1:1', protocol: 'simple' }, 'backend.protocol'],
       [{ type: 'redis', url: 'redis://127.0.0.1:1', protocl: 'plain' }, 'backend.protocl'],
+      [{ type: 'redis', url: 'redis://127.0.0.1:1', restartProtection: 'off' }, 'backend.restartProtection'],
     ];
     for (const [options, option] of cases) {
       await assert.rejects(createBackend(options as BackendOptions), (error: unknown) => {

@@ -12,8 +12,10 @@ const PERSISTENT = ['--appendonly', 'yes', '--appendfsync', 'always'];
 /**
  * The fencing construction (docs/redlock.md, "Fencing tokens"): the highest counter of the
  * granting majority, written back to a majority before the grant is returned. It holds across
- * processes while a master is killed and restarted from its append-only file, and it breaks,
- * as documented, when a master restarts without its data while a lock is held.
+ * processes while a master is killed and restarted from its append-only file. A master that
+ * restarts without its data while a lock is held votes for nobody for a ttl (restartProtection);
+ * with that turned off it lets a second holder in, as documented, and only the fence's epoch
+ * keeps the second token above the first.
  */
 describe('redlock fencing tokens', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
   const clients = new RedlockClients();
@@ -89,9 +91,9 @@ describe('redlock fencing tokens', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
     await first.release();
   });
 
-  it('a master restarted WITHOUT persistence while a lock is held lets a second holder in, with a token no higher (as docs/redlock.md says)', async (t) => {
+  it('a master restarted WITHOUT persistence while a lock is held, restartProtection: false: a second holder gets in (as docs/redlock.md says), its token still above the first', async (t) => {
     const masters = await start(3);
-    const { first, second } = await heldByTwoOfThree(masters, clients);
+    const { first, second } = await heldByTwoOfThree(masters, clients, { restartProtection: false });
     await masters.masters[0].server.stop('SIGKILL');
     await masters.masters[0].server.restart(); // empty: no --save, no AOF
     await masters.masters[2].server.restart();
@@ -99,9 +101,29 @@ describe('redlock fencing tokens', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
     t.diagnostic(`first holder token ${first.fencingToken}, second holder ${intruder ? `token ${intruder.fencingToken}` : 'refused'}`);
     assert.ok(intruder, 'the documented failure did not happen: no second holder');
     assert.ok(first.isHeld, 'the first holder should still believe it holds the lock');
-    assert.ok(intruder.fencingToken <= first.fencingToken, 'the documented failure: the second token is not above the first');
+    assert.ok(intruder.fencingToken > first.fencingToken, `the fence went back: ${first.fencingToken}, then ${intruder.fencingToken}`);
     await intruder.release();
     await first.release();
+  });
+
+  it('a master restarted WITHOUT persistence while a lock is held votes for nobody for a ttl: no second holder before the first knew of its loss', async (t) => {
+    const masters = await start(3);
+    const ttlMs = 2_000;
+    const { first, second } = await heldByTwoOfThree(masters, clients, {}, ttlMs);
+    let lostAt: number | undefined;
+    first.signal.addEventListener('abort', () => (lostAt = performance.now()));
+    const killedAt = performance.now();
+    await masters.masters[0].server.stop('SIGKILL');
+    await masters.masters[0].server.restart();
+    await masters.masters[2].server.restart();
+    const intruder = await second();
+    const grantedAt = performance.now();
+    t.diagnostic(`first holder lost ${lostAt === undefined ? 'never' : `${Math.round(lostAt - killedAt)} ms`} after the kill; second holder granted ${Math.round(grantedAt - killedAt)} ms after it; tokens ${first.fencingToken}, ${intruder?.fencingToken}`);
+    assert.ok(intruder, 'no second holder once the quarantine was over');
+    assert.ok(lostAt !== undefined && lostAt <= grantedAt, 'a second holder was let in while the first still held');
+    assert.ok(grantedAt - killedAt >= ttlMs, `the second holder came ${Math.round(grantedAt - killedAt)} ms after the kill, within the ttl`);
+    assert.ok(intruder.fencingToken > first.fencingToken, `the fence went back: ${first.fencingToken}, then ${intruder.fencingToken}`);
+    await intruder.release();
   });
 
   it("inspect shows the holder's token when a master that granted after the vote was decided counted its fence past it", async () => {
@@ -140,12 +162,12 @@ describe('redlock fencing tokens', { timeout: FAULT_SUITE_TIMEOUT_MS }, () => {
  * masters 0 and 1 only. `second()` is another client's try once the test has restarted masters,
  * a client connected all along: it tries while it reconnects to them.
  */
-async function heldByTwoOfThree(masters: RedisMasters, clients: RedlockClients) {
+async function heldByTwoOfThree(masters: RedisMasters, clients: RedlockClients, backend: Record<string, unknown> = {}, ttlMs?: number) {
   const key = newKey('restart');
   // Without ioredis' offline queue, a's vote to the killed master fails at once. With it, that
   // request would wait in the queue and land once the master is back, making a majority for a again.
-  const a = await clients.add(masters.urls, {}, { options: { enableOfflineQueue: false } });
-  const b = await clients.add(masters.urls);
+  const a = await clients.add(masters.urls, ttlMs === undefined ? {} : { ttlMs }, { options: { enableOfflineQueue: false }, ...backend });
+  const b = await clients.add(masters.urls, ttlMs === undefined ? {} : { ttlMs }, backend);
   for (let i = 0; i < 3; i++) await a.withLock(key, async () => undefined);
   await b.withLock(`${key}-warm-up`, async () => undefined);
   await masters.masters[2].server.stop('SIGKILL');

@@ -30,8 +30,9 @@ describe('redlock options', () => {
     rejects({ urls, driftFactor: 0.5 }, 'backend.driftFactor');
     rejects({ urls, driftFactor: -0.01 }, 'backend.driftFactor');
     rejects({ urls, retryJitterMs: -1 }, 'backend.retryJitterMs');
+    rejects({ urls, restartProtection: 0 }, 'backend.restartProtection');
     rejects({ urls, requestTimeout: 100 }, 'backend.requestTimeout');
-    validateBackendOptions({ type: 'redlock', urls, requestTimeoutMs: 50, driftFactor: 0, retryJitterMs: 0 });
+    validateBackendOptions({ type: 'redlock', urls, requestTimeoutMs: 50, driftFactor: 0, retryJitterMs: 0, restartProtection: false });
   });
 
   it('createBackend refuses bad options before connecting', async () => {

@@ -4,6 +4,7 @@ import { after, before, describe, it } from 'node:test';
 import type { LockService } from '../../../lib';
 import { commandsExecuted } from '../../../servers/redis-server';
 import { RedisMasters } from '../../../servers/redis-masters';
+import { DURABLE_REDIS_ARGS } from '../../../servers/redis-server';
 import { assertExclusive, sleep, type HoldInterval } from '../../support/timing';
 import { RedlockClients, newKey } from './redlock-test-kit';
 
@@ -21,7 +22,8 @@ describe('redlock waiting', () => {
   let admin: Redis;
 
   before(async () => {
-    masters = await RedisMasters.start(3);
+    // Restarted with their data in the resubscription case: a restart without it is quarantined for a ttl (redlock-restart.test.ts).
+    masters = await RedisMasters.start(3, DURABLE_REDIS_ARGS);
     services = [];
     for (let i = 0; i <= WAITERS; i++) services.push(await clients.add(masters.urls));
     admin = new Redis(masters.urls[0]);

@@ -1,3 +1,4 @@
+import { MICROSECONDS_PER_FENCE } from '../fence-epoch-lua';
 import { RedisScript } from '../redis-script';
 
 /**
@@ -20,13 +21,18 @@ export type PlainAcquireReply = number | [number];
 /**
  * ARGV: owner, ttl (ms), and for a caller that waits the ms after which its waiter entry is
  * stale. `SET key value NX PX ttl`, as every plain client takes the lock; only then the fence is
- * counted, in the same script, so the counter's order is the order of grants. `%d` keeps a fence
+ * counted, in the same script, so the counter's order is the order of grants; a counter made anew
+ * starts at the epoch of the server's clock (fence-epoch-lua.ts). `%d` keeps a fence
  * above 1e14 in digits (Lua's own tostring would write it as 1e+14).
  */
 export const plainAcquireScript = new RedisScript<PlainAcquireReply>(
   'plain-acquire',
   `
-local fence = (tonumber(redis.call('get', KEYS[2])) or 0) + 1
+local fence = tonumber(redis.call('get', KEYS[2]))
+if fence then fence = fence + 1 else
+  local clock = redis.call('time')
+  fence = math.floor((tonumber(clock[1]) * 1000000 + tonumber(clock[2])) / ${MICROSECONDS_PER_FENCE})
+end
 if not redis.call('set', KEYS[1], string.format('%d', fence) .. ' ' .. ARGV[1], 'NX', 'PX', ARGV[2]) then
   if ARGV[3] then
     local time = redis.call('time')
