@@ -22,6 +22,7 @@ const SECTIONS: Section[] = [
   { name: 'primitives', run: () => import('./primitives.bench').then((m) => m.run()) },
   { name: 'scale', run: () => import('./scale.bench').then((m) => m.run()) },
   { name: 'burst', run: () => import('./burst.bench').then((m) => m.run()) },
+  { name: 'cold', run: () => import('./cold-process.bench').then((m) => m.run()) },
 ];
 
 async function main(): Promise<void> {

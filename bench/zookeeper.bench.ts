@@ -6,10 +6,13 @@ import { ClientTraffic, clientOf, isKeepAlive, watchedPaths } from '../test/back
 import { lockServiceOver } from './lock-services';
 import { startZooKeeperServer } from '../servers/zookeeper-server';
 import { printFlashSale } from './report';
-import { formatRatio, median, percentile } from './stats';
-import { flashSale, medianFlashSale, uncontendedCycles, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK } from './workloads';
-import { recordFigure } from './summary';
+import { curatorRecipeLock } from './curator-recipe-lock';
+import { formatRatio, median, pairedRatio, percentile } from './stats';
+import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK, WARMUP_CYCLES } from './workloads';
+import { recordFigure, recordTarget } from './summary';
 
+const CYCLE_ROUNDS = 15;
+const CYCLES_PER_ROUND = 200;
 /** Hand-offs between two clients, each time to a waiter directly behind the holder. */
 const PAIR_HAND_OFFS = 300;
 /** Waiters per connection queued behind one holder, then handed the lock one after another. */
@@ -17,8 +20,8 @@ const QUEUED_PER_CONNECTION = 50;
 
 /**
  * ZooKeeper: this library against a naive ephemeral-node try-lock with a retry loop (what a
- * user writes in ten lines with node-zookeeper-client: no queue, no fairness, no fencing), on
- * one throwaway standalone server. Round trips are measured, so costs can be stated in them.
+ * user writes in ten lines with node-zookeeper-client: no queue, no fairness, no fencing) and a
+ * lock written as Curator's recipe (curatorRecipeLock), on one throwaway standalone server. Round trips are measured, so costs can be stated in them.
  */
 export async function run(): Promise<void> {
   const zookeeper = await startZooKeeperServer();
@@ -29,27 +32,42 @@ export async function run(): Promise<void> {
     const ours: LockRunner[] = services.map((service) => (name, section) => service.withLock(name, section, { waitTimeoutMs: 120_000 }));
     const naive: LockRunner[] = naiveClients.map((client) => (name, section) => naiveLock(client, name, section));
     await call<string>((done) => naiveClients[0].mkdirp('/naive-locks', done));
-    // The server's JIT (and ours) warm up over the first thousands of requests: warm both sides
-    // before measuring either, or whichever runs second looks faster.
-    await uncontendedCycles(ours[0], 3, 500);
-    await uncontendedCycles(naive[0], 3, 500);
+    const curator = curatorRecipeLock(naiveClients[0], '/curator-recipe-locks');
     const readMs = await medianRoundTrip(() => call((done) => naiveClients[0].exists('/', done)));
-    const writeMs = await medianRoundTrip(async () => {
-      await call<string>((done) => naiveClients[0].create('/bench-rtt', CreateMode.EPHEMERAL, done));
-      await call<void>((done) => naiveClients[0].remove('/bench-rtt', -1, (error) => done(error, undefined)));
-    }, 2);
-    console.log(`round trip: read (exists) ${readMs.toFixed(3)} ms, write (create or delete, fsync'd) ${writeMs.toFixed(3)} ms (medians)`);
+    console.log(`round trip: read (exists) ${readMs.toFixed(3)} ms (median)`);
 
-    const ourCycles = await uncontendedCycles(ours[0], 7, 300);
+    // The naive lock's uncontended cycle is exactly two fsync'd writes (create, delete): measured
+    // in the same rounds, it is the unit the other cycles are counted in.
+    const runners = new Map<string, LockRunner>([
+      ['ours', ours[0]],
+      ['curator', curator],
+      ['naive', naive[0]],
+      ['writes', ourWritesAlone(naiveClients[0], '/naive-locks')],
+    ]);
+    const rounds = await interleavedCycles(runners, CYCLE_ROUNDS, CYCLES_PER_ROUND);
+    const [oursRounds, curatorRounds, naiveRounds, writesRounds] = ['ours', 'curator', 'naive', 'writes'].map((key) => rounds.get(key)!);
+    const writeTrips = pairedRatio(naiveRounds.map((perSecond) => perSecond * 2), oursRounds);
+    const writesAloneTrips = pairedRatio(naiveRounds.map((perSecond) => perSecond * 2), writesRounds);
+    const vsCurator = pairedRatio(curatorRounds, oursRounds);
+    const vsNaive = pairedRatio(naiveRounds, oursRounds);
+    const writeMs = 1000 / median(naiveRounds) / 2;
+    console.log(`uncontended, ${CYCLE_ROUNDS} rounds x ${CYCLES_PER_ROUND} cycles in a shuffled order after ${WARMUP_CYCLES} of each; medians, ratios inside each round:`);
+    for (const [label, perRound] of [
+      ['this library', oursRounds],
+      ["Curator's recipe (create sequential, list children, delete)", curatorRounds],
+      ['naive try-lock (create, delete: two writes)', naiveRounds],
+      ["floor: this library's two writes alone (create sequential + touch the parent in one multi, delete)", writesRounds],
+    ] as const) {
+      console.log(`  ${label}: ${Math.round(median(perRound))} cycles/s (${(1000 / median(perRound)).toFixed(3)} ms)`);
+    }
     console.log(
-      `uncontended acquire+release, this library: ${Math.round(ourCycles.cyclesPerSecond)} cycles/s ` +
-        `(${ourCycles.cycleMs.toFixed(2)} ms = ${(ourCycles.cycleMs / writeMs).toFixed(2)} write round trips)`,
+      `  this library: ${writeTrips.median.toFixed(2)} write round trips per cycle (quartiles ${writeTrips.p25.toFixed(2)}-${writeTrips.p75.toFixed(2)}); ` +
+        `${vsCurator.median.toFixed(2)}x Curator's recipe (${vsCurator.p25.toFixed(2)}-${vsCurator.p75.toFixed(2)}); ${vsNaive.median.toFixed(2)}x the naive try-lock`,
     );
-    const naiveCycles = await uncontendedCycles(naive[0], 7, 300);
-    console.log(
-      `uncontended acquire+release, naive try-lock: ${Math.round(naiveCycles.cyclesPerSecond)} cycles/s ` +
-        `(${naiveCycles.cycleMs.toFixed(2)} ms); ratio ${formatRatio(ourCycles.cyclesPerSecond, naiveCycles.cyclesPerSecond)}`,
-    );
+    console.log(`  this library's two writes alone: ${writesAloneTrips.median.toFixed(2)} write round trips (${writesAloneTrips.p25.toFixed(2)}-${writesAloneTrips.p75.toFixed(2)})`);
+    recordTarget('uncontended cycle, in write round trips', writeTrips.median, '<=', 2.2, '');
+    recordFigure("floor: the library's two writes alone, in write round trips", writesAloneTrips.median.toFixed(2));
+    recordTarget("uncontended cycle time vs Curator's recipe", vsCurator.median, '<=', 1.1);
 
     for (const [where, handOff] of [
       ['a waiter directly behind the holder', await pairHandOffs(services.slice(0, 2), backends.slice(0, 2))],
@@ -68,7 +86,6 @@ export async function run(): Promise<void> {
     printFlashSale('naive try-lock (retry 5-15 ms)', naiveSale);
     assertInvariant('naive try-lock', naiveSale);
     console.log(`  makespan ratio naive / this library: ${formatRatio(naiveSale.makespanMs, sale.makespanMs)}`);
-    recordFigure('uncontended cycle, in write round trips', (ourCycles.cycleMs / writeMs).toFixed(2));
     recordFigure('flash-sale makespan, this library / naive try-lock', formatRatio(sale.makespanMs, naiveSale.makespanMs));
   } finally {
     for (const client of naiveClients) client.close();
@@ -189,13 +206,27 @@ async function naiveLock(client: Client, name: string, section: () => void | Pro
   }
 }
 
+/**
+ * The writes of this library's uncontended cycle with nothing around them: the node created and
+ * its parent touched in one multi (the parent's new mzxid is the node's czxid), then deleted.
+ */
+function ourWritesAlone(client: Client, parent: string): LockRunner {
+  return async (_name, section) => {
+    const results = await call<{ path?: string }[]>((done) =>
+      client.transaction().create(`${parent}/_c_writes-lock-`, CreateMode.EPHEMERAL_SEQUENTIAL).setData(parent, null, -1).commit(done),
+    );
+    await section();
+    await call<void>((done) => client.remove(results[0].path!, -1, (error) => done(error, undefined)));
+  };
+}
+
 /** Median time of one round trip, after 50 warm-up calls. */
-async function medianRoundTrip(once: () => Promise<unknown>, tripsPerCall = 1): Promise<number> {
+async function medianRoundTrip(once: () => Promise<unknown>): Promise<number> {
   const times: number[] = [];
   for (let i = 0; i < 300; i++) {
     const started = performance.now();
     await once();
-    times.push((performance.now() - started) / tripsPerCall);
+    times.push(performance.now() - started);
   }
   return median(times.slice(50));
 }

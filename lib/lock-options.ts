@@ -183,7 +183,10 @@ export function resolveRunOptions(
   const onTimeout = options.onTimeout ?? defaults.onTimeout;
   if (onTimeout !== 'throw' && onTimeout !== 'skip') throw new LockConfigError('onTimeout', `must be 'throw' or 'skip', got ${String(onTimeout)}.`);
   const minHoldMs = options.minHoldMs ?? defaults.minHoldMs;
-  assertMilliseconds('minHoldMs', minHoldMs, (ms) => ms >= 0 && ms <= resolved.ttlMs, () => `0 to ttlMs (${resolved.ttlMs}) milliseconds, so the lease covers it; raise ttlMs for a longer hold`);
+  // Checked inline first: the closures that word a failure are made only when it fails.
+  if (!(typeof minHoldMs === 'number' && minHoldMs >= 0 && minHoldMs <= resolved.ttlMs)) {
+    assertMilliseconds('minHoldMs', minHoldMs, (ms) => ms >= 0 && ms <= resolved.ttlMs, () => `0 to ttlMs (${resolved.ttlMs}) milliseconds, so the lease covers it; raise ttlMs for a longer hold`);
+  }
   // Spelled out rather than spread: every lock call passes here.
   const { ttlMs, renewIntervalMs, renew, waitTimeoutMs, onLockLost, mode, limit } = resolved;
   return { ttlMs, renewIntervalMs, renew, waitTimeoutMs, onLockLost, mode, limit, onTimeout, minHoldMs };
@@ -269,19 +272,17 @@ export function resolveLockOptions(
   if (!options) return defaults;
   if (typeof options !== 'object') throw new LockConfigError('options', `must be an object of lock options, got ${String(options)}.`);
   rejectUnknownFields(options, known, 'a lock');
+  // Each range is checked inline first: the closures that word a failure are made only when it fails.
   const ttlMs = options.ttlMs ?? defaults.ttlMs;
-  assertTtl('ttlMs', ttlMs);
+  if (!(typeof ttlMs === 'number' && ttlMs > 0 && ttlMs <= MAX_TIMER_MS)) assertTtl('ttlMs', ttlMs);
   const renewIntervalMs = options.renewIntervalMs ?? (options.ttlMs === undefined ? defaults.renewIntervalMs : undefined);
-  if (renewIntervalMs !== undefined) {
+  if (renewIntervalMs !== undefined && !(typeof renewIntervalMs === 'number' && renewIntervalMs > 0 && renewIntervalMs < ttlMs)) {
     assertMilliseconds('renewIntervalMs', renewIntervalMs, (ms) => ms > 0 && ms < ttlMs, () => `above 0 and below ttlMs (${ttlMs}); leave it unset for ttlMs / 3`);
   }
   const waitTimeoutMs = options.waitTimeoutMs ?? defaults.waitTimeoutMs;
-  assertMilliseconds(
-    'waitTimeoutMs',
-    waitTimeoutMs,
-    (ms) => ms >= 0 && (ms <= MAX_TIMER_MS || ms === Infinity),
-    WAIT_RANGE,
-  );
+  if (!(typeof waitTimeoutMs === 'number' && waitTimeoutMs >= 0 && (waitTimeoutMs <= MAX_TIMER_MS || waitTimeoutMs === Infinity))) {
+    assertMilliseconds('waitTimeoutMs', waitTimeoutMs, (ms) => ms >= 0 && (ms <= MAX_TIMER_MS || ms === Infinity), WAIT_RANGE);
+  }
   const renew = options.renew ?? defaults.renew;
   if (typeof renew !== 'boolean') throw new LockConfigError('renew', `must be true or false, got ${String(renew)}.`);
   const onLockLost = options.onLockLost ?? defaults.onLockLost;

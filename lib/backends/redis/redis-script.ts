@@ -113,8 +113,9 @@ export class ScriptCall<Reply> {
   /** `EVALSHA` (or, `whole`, `EVAL`) and the rest of the command's words. */
   words(whole: boolean): (string | number)[] {
     const { script, keys, args } = this;
-    if (whole) return (this.wholeWords ??= [script.lua, keys.length, ...keys, ...args]);
-    return (this.shaWords ??= [script.sha, keys.length, ...keys, ...args]);
+    // concat, not spread: a builtin call instead of two iterations through the iterator protocol.
+    if (whole) return (this.wholeWords ??= [script.lua, keys.length].concat(keys, args));
+    return (this.shaWords ??= [script.sha, keys.length].concat(keys, args));
   }
 
   /** The whole command in RESP. */

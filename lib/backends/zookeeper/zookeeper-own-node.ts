@@ -13,6 +13,9 @@ import type { ZooKeeperSession } from './zookeeper-session';
  * watch events in zxid order with the replies, so while the connection holds, our node's
  * deletion always reaches us before a later deletion of the predecessor: a waiter never takes
  * the lock with a node that is gone. A holder's renewals stand on it too (ZooKeeperRenewals).
+ *
+ * A holder granted at once sets it on the next turn of the event loop (`deferred`): no reply to a
+ * watch sent now could be read before then, so a lock released within the turn needs none.
  */
 export class OwnNodeWatch {
   private readonly deleted = new OneShot();
@@ -20,19 +23,22 @@ export class OwnNodeWatch {
   /** False once the server refused to set the watch (NO_AUTH, say): a deletion would then go unheard. */
   private watching = true;
   private cancel: () => void = () => undefined;
-  /** The latest request setting the watch: once it is answered, `gone` is up to date. */
-  private armed: Promise<void>;
+  /** The latest request setting the watch: once it is answered, `gone` is up to date. Unset until the first is sent. */
+  private armed?: Promise<void>;
+  private pendingArm?: NodeJS.Immediate;
 
   constructor(
     private readonly session: ZooKeeperSession,
     private readonly path: string,
+    deferred = false,
   ) {
-    this.armed = this.arm();
+    if (deferred) this.pendingArm = setImmediate(() => this.armNow());
+    else this.armed = this.arm();
   }
 
   /** True when our node is known to exist, as of every event and reply received so far. */
   async stillThere(): Promise<boolean> {
-    await this.armed;
+    await this.armNow();
     return this.deleted.reason === undefined;
   }
 
@@ -54,8 +60,16 @@ export class OwnNodeWatch {
   /** We are deleting the node (or leaving it to the session): its deletion is no news. */
   stop(): void {
     this.stopped = true;
+    clearImmediate(this.pendingArm);
     this.deleted.clear();
     this.cancel();
+  }
+
+  /** The watch's request, sent now unless it already was. */
+  private armNow(): Promise<void> {
+    clearImmediate(this.pendingArm);
+    this.pendingArm = undefined;
+    return (this.armed ??= this.arm());
   }
 
   private async arm(): Promise<void> {

@@ -145,8 +145,8 @@ export class QueuePlaces {
       if (!stat || !session.owns(stat)) throw new AttemptAgain(`Lock node ${node.path} was gone when its grant arrived.`);
     }
     stop.throwIfAborted();
-    // Granted at once: watch our node from now on (not awaited; a node already gone is told by the reply).
-    return { session, node, own: watching ?? new OwnNodeWatch(session, node.path) };
+    // Granted at once: watch our node from the next turn on (not awaited; a node already gone is told by the reply).
+    return { session, node, own: watching ?? new OwnNodeWatch(session, node.path, true) };
   }
 }
 

@@ -1,0 +1,66 @@
+import { execFile } from 'node:child_process';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { EtcdCluster } from '../servers/etcd-server';
+import { startRedisServer } from '../servers/redis-server';
+import { COLD_CYCLES } from './cold-process.worker';
+import { progress } from './progress';
+import { median, pairedRatio } from './stats';
+import { recordTarget } from './summary';
+
+/** Fresh processes per library; each pair (ours, the peer) runs back to back in a random order. */
+const PROCESSES = 5;
+const WORKER = path.join(__dirname, 'cold-process.worker.js');
+const run$ = promisify(execFile);
+
+interface Pairing {
+  backend: string;
+  ours: string;
+  peer: string;
+  peerLabel: string;
+  target: number;
+}
+
+/**
+ * The cold process: a cron job, a CLI or a freshly scaled replica runs a few hundred cycles and
+ * exits, never reaching V8's optimized code. Each library runs in a fresh Node process of its
+ * own, connects, then times its first COLD_CYCLES uncontended cycles with no warm-up.
+ */
+export async function run(): Promise<void> {
+  const redis = await startRedisServer();
+  const etcd = await EtcdCluster.start(1);
+  try {
+    const pairings: Array<Pairing & { address: string }> = [
+      { backend: 'redis', ours: 'ours-redis', peer: 'redis-semaphore', peerLabel: "redis-semaphore's Mutex", target: 1.2, address: redis.url },
+      { backend: 'etcd', ours: 'ours-etcd', peer: 'etcd3', peerLabel: 'the etcd3 Lock', target: 0.8, address: etcd.hosts.join(',') },
+    ];
+    console.log(`${PROCESSES} fresh processes per library, each timing its first ${COLD_CYCLES} uncontended cycles after connecting (no warm-up); ratios per pair of processes run back to back`);
+    for (const pairing of pairings) {
+      const ours: number[] = [];
+      const theirs: number[] = [];
+      for (let i = 0; i < PROCESSES; i++) {
+        const order = Math.random() < 0.5 ? [pairing.ours, pairing.peer] : [pairing.peer, pairing.ours];
+        const times = new Map<string, number>();
+        for (const library of order) times.set(library, await coldRun(library, pairing.address));
+        ours.push(times.get(pairing.ours)!);
+        theirs.push(times.get(pairing.peer)!);
+        progress(`cold processes (${pairing.backend})`, i + 1, PROCESSES);
+      }
+      const ratio = pairedRatio(ours, theirs);
+      console.log(
+        `${pairing.backend}: this library ${(median(ours) / COLD_CYCLES).toFixed(3)} ms per cycle, ${pairing.peerLabel} ${(median(theirs) / COLD_CYCLES).toFixed(3)} ms ` +
+          `(medians over processes); ratio ${ratio.median.toFixed(2)}x (pairs: ${ours.map((value, i) => (value / theirs[i]).toFixed(2)).join(', ')})`,
+      );
+      recordTarget(`cold process, first ${COLD_CYCLES} cycles vs ${pairing.peerLabel}`, ratio.median, '<=', pairing.target);
+    }
+  } finally {
+    await etcd.stop();
+    await redis.stop();
+  }
+}
+
+/** One fresh process of `library`: the time of its first cycles, in ms. */
+async function coldRun(library: string, address: string): Promise<number> {
+  const { stdout } = await run$(process.execPath, [WORKER, library, address], { timeout: 120_000 });
+  return (JSON.parse(stdout.trim().split('\n').pop()!) as { ms: number }).ms;
+}
