@@ -66,7 +66,7 @@ export class LockAcquirer {
       const ordered = canonicalNames(names, method, (name) => this.backendKey(name));
       if (ordered.length === 1) return this.take(ordered[0].name, options, signal, method, wait);
       assertBackendGrants(this.backend, options.mode);
-      if (options.lockDelayMs > 0) assertBackendDelays(this.backend);
+      if (options.lockDelayMs > 0) assertBackendDelays(this.backend, options.mode);
       for (const { name, key } of ordered) this.reenterable(key, name, options);
       return takeMany(ordered, options, wait, (name, each, waitEach) => this.take(name, each, signal, method, waitEach));
     } catch (error) {
@@ -86,7 +86,7 @@ export class LockAcquirer {
       const reentered = this.reenter(key, name, options);
       if (reentered) return Promise.resolve(reentered);
       if (options.mode !== 'write') assertBackendGrants(this.backend, options.mode);
-      if (options.lockDelayMs > 0) assertBackendDelays(this.backend);
+      if (options.lockDelayMs > 0) assertBackendDelays(this.backend, options.mode);
       signal?.throwIfAborted();
       this.assertRunning();
       if (tracingAcquire()) {

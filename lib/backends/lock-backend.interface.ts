@@ -67,8 +67,11 @@ export interface LockBackend {
    */
   readonly lockDelay?: boolean;
 
-  /** Why this backend, as configured, cannot enforce a lock-delay, naming the option to change. */
-  lockDelayRefusal?(): string | undefined;
+  /**
+   * Why this backend, as configured, cannot enforce a lock-delay for entries of `mode`, naming the
+   * option to change; undefined when it can. Asked before `lockDelay`.
+   */
+  lockDelayRefusal?(mode: EntryMode): string | undefined;
 
   /**
    * How far the server's clock may run ahead of ours over a lease of `ttlMs`, when a backend

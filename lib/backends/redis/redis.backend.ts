@@ -1,9 +1,10 @@
 import { Logger } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import { LockBackendError } from '../../errors';
+import { exclusiveLockDelayOnly } from '../lock-delay-refusals';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
-import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
+import type { AcquireRequest, EntryMode, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import { LocalQueueBackend } from '../../queue/local-queue-backend';
 import { RedisBatch } from './redis-batch';
 import { BatchLeases, isLate } from './redis-batch-leases';
@@ -41,6 +42,11 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
    */
   readonly modes = ['write', 'read', 'permit'] as const;
   readonly address: string;
+  /** Enforced by the scripts with a delay key beside the owner key (redis-delay-lua.ts), for the exclusive lock. */
+  readonly lockDelay = true;
+  lockDelayRefusal(mode: EntryMode): string | undefined {
+    return exclusiveLockDelayOnly('redis', mode);
+  }
   /** Every command is bounded by serverTimeoutMs (RedisConnections), the release script's too. */
   readonly boundedRelease = true;
   /** 96 random bits, short: it names the grant channel and every entry of this process. */
@@ -118,9 +124,9 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     let reply: AcquireReply | ModeAcquireReply;
     let requestedAt: number | undefined;
     try {
-      reply = write ? await this.commands.tryAcquire(key, owner, ttl) : await this.commands.acquireMode(key, owner, ttl, scriptMode(request));
+      reply = write ? await this.commands.tryAcquire(key, owner, ttl, request.lockDelayMs) : await this.commands.acquireMode(key, owner, ttl, scriptMode(request));
       // The reply came so late (a paused process) that the lease may be nearly over: ask first.
-      if (typeof reply === 'number') requestedAt = isLate(sentAt, ttl) ? await this.confirmGrant(key, owner, reply, ttl, write) : sentAt;
+      if (typeof reply === 'number') requestedAt = isLate(sentAt, ttl) ? await this.confirmGrant(key, owner, reply, ttl, write, request.lockDelayMs ?? 0) : sentAt;
     } catch (error) {
       // The script may still run (a paused server wakes up): the cancel, sent after it, gives back what it took.
       void this.cancelEntry(key, owner, write, true);
@@ -248,7 +254,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
 
   /** The renew script of the entry's mode: 1 renewed, 0 no longer ours. */
   private renewEntry(batch: RedisBatch, ttlMs: number, verb: string): Promise<0 | 1> {
-    return batch.mode === 'write' ? this.commands.renew(batch.key, batch.ownerValue, ttlMs, verb) : this.commands.renewMode(batch.key, batch.ownerValue, ttlMs, verb);
+    return batch.mode === 'write' ? this.commands.renew(batch.key, batch.ownerValue, ttlMs, verb, batch.lockDelayMs) : this.commands.renewMode(batch.key, batch.ownerValue, ttlMs, verb);
   }
 
   /**
@@ -274,7 +280,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
       );
       return;
     }
-    this.commands.acquire(batch.key, batch.owner, batch.ttlMs, staleAfterMs, (error, reply) => {
+    this.commands.acquire(batch.key, batch.owner, batch.ttlMs, batch.lockDelayMs, staleAfterMs, (error, reply) => {
       if (error) this.acquireFailed(batch, error);
       else this.onQueued(batch, reply!, sentAt);
     });
@@ -341,7 +347,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     if (batch.confirming) return;
     if (!isLate(requestedAt, batch.ttlMs)) return this.granted(batch, fence, requestedAt);
     batch.confirming = true;
-    void this.confirmGrant(batch.key, batch.owner, fence, batch.ttlMs, batch.mode === 'write').then(
+    void this.confirmGrant(batch.key, batch.owner, fence, batch.ttlMs, batch.mode === 'write', batch.lockDelayMs).then(
       (confirmedAt) => {
         batch.confirming = false;
         // Withdrawn meanwhile: its cancel, sent after the renewal, hands the lock on.
@@ -372,11 +378,11 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
    * An owner-checked renewal of a grant that came late: resolves with when it was sent (the
    * lease counts from then), or undefined when the lease is no longer ours.
    */
-  private async confirmGrant(key: string, owner: string, fence: string | number, ttlMs: number, write: boolean): Promise<number | undefined> {
+  private async confirmGrant(key: string, owner: string, fence: string | number, ttlMs: number, write: boolean, lockDelayMs: number): Promise<number | undefined> {
     const sentAt = performance.now();
     const value = ownerValue(fence, owner);
     const verb = 'confirm a late grant of';
-    const renewed = await (write ? this.commands.renew(key, value, ttlMs, verb) : this.commands.renewMode(key, value, ttlMs, verb));
+    const renewed = await (write ? this.commands.renew(key, value, ttlMs, verb, lockDelayMs) : this.commands.renewMode(key, value, ttlMs, verb));
     return renewed === 1 ? sentAt : undefined;
   }
 
