@@ -7,5 +7,5 @@ import type { EntryMode } from './lock-backend.interface';
 export function exclusiveLockDelayOnly(backend: string, mode: EntryMode): string | undefined {
   if (mode === 'write') return undefined;
   const what = mode === 'read' ? 'read locks' : 'semaphores';
-  return `the ${backend} backend enforces a lock-delay for the exclusive lock only, not for ${what}; leave lockDelayMs at 0 for them, or use the memory or postgres backend.`;
+  return `the ${backend} backend enforces a lock-delay for the exclusive lock only, not for ${what}; leave lockDelayMs at 0 for them (the memory backend has it for every kind).`;
 }
