@@ -7,8 +7,12 @@ import { Services, describeError, settled, withinBound, type FailureContext } fr
 
 /** Small, so the case is quick: the holder's lease, and the delay after it ends unreleased. */
 const TTL_MS = 1_000;
-const LOCK_DELAY_MS = 2_000;
-/** Beyond the delay: the waiter being woken and granted once it ends (a watch, a safety net), on a shared 2-core machine. */
+const LOCK_DELAY_MS = 1_500;
+/**
+ * Beyond the delay: the waiter being woken and granted once it ends (a watch, a safety net) on a
+ * shared 2-core machine, and etcd's rounding (its delay lease adds whole seconds after 0.5 s for
+ * its revoke loop: 1500 ms is held 2 to 2.5 s).
+ */
 const WAKE_BOUND_MS = 1_500;
 /** A clean release must hand over "at once": well under the delay. */
 const RELEASE_BOUND_MS = LOCK_DELAY_MS / 4;
