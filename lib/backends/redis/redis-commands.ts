@@ -102,10 +102,10 @@ export class RedisCommands {
 
   /**
    * One round trip, owner-checked against `value` ('<fence> <owner>'); the reply (0: not ours)
-   * changes nothing for the caller.
+   * changes nothing for the caller. `mayDelay`: the holder may have a lock-delay key to delete.
    */
-  release(key: string, value: string): Promise<void> {
-    return this.run(releaseScript, 'release', key, [value]) as Promise<unknown> as Promise<void>;
+  release(key: string, value: string, mayDelay = false): Promise<void> {
+    return this.run(releaseScript, 'release', key, mayDelay ? [value, 1] : [value]) as Promise<unknown> as Promise<void>;
   }
 
   /** Leaves the queue (handing on a grant that raced); `quiet` after a failure, when the server may well be down. */

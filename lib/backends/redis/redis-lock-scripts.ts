@@ -188,12 +188,15 @@ return {0, pttl, fence_text, now}
 `,
 );
 
-/** ARGV: '<fence> <owner>'. Reply: 1 released (and handed on), 0 not ours. */
+/**
+ * ARGV: '<fence> <owner>', and '1' when the holder may have a lock-delay key (its entry asked for
+ * one, or nobody knows: an unwanted grant handed on). Reply: 1 released (and handed on), 0 not ours.
+ */
 export const releaseScript = new RedisScript<0 | 1>(
   'release',
   `if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
--- A release ends the holder's lock-delay too (a no-op read when it has none).
-redis.call('del', ${DELAY_KEY_LUA})
+-- A release ends the holder's lock-delay too.
+if ARGV[2] then redis.call('del', ${DELAY_KEY_LUA}) end
 -- Nobody queued (the common case): free the key, before the functions below are made.
 if redis.call('llen', KEYS[3]) == 0 then
   redis.call('del', KEYS[1])

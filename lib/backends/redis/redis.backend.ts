@@ -244,7 +244,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
 
   /** The release script of the entry's mode. */
   private releaseEntry(batch: RedisBatch): Promise<void> {
-    return batch.mode === 'write' ? this.commands.release(batch.key, batch.ownerValue) : this.commands.releaseMode(batch.key, batch.ownerValue);
+    return batch.mode === 'write' ? this.commands.release(batch.key, batch.ownerValue, batch.lockDelayMs > 0) : this.commands.releaseMode(batch.key, batch.ownerValue);
   }
 
   /** The cancel script of the entry's mode; `quiet` after a failure, when the server may well be down. */
@@ -391,7 +391,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
    * is given back by the cancel sent when it stopped waiting; this release then changes nothing.
    */
   private handOn(key: string, owner: string, fence: string): void {
-    this.commands.release(key, ownerValue(fence, owner)).catch((error) =>
+    this.commands.release(key, ownerValue(fence, owner), true).catch((error) =>
       logger.warn(`Handing on an unwanted grant of "${key}" failed; it expires with its lease: ${error.message}`),
     );
   }
