@@ -10,6 +10,7 @@ export {
   DEFAULT_SERVER_TIMEOUT_MS,
   DEFAULT_TTL_MS,
   DEFAULT_WAIT_TIMEOUT_MS,
+  MAX_LOCK_DELAY_MS,
   MAX_SEMAPHORE_LIMIT,
   type AcquireOptions,
   type BackendOptions,

@@ -6,6 +6,7 @@ import { lockContext } from './lock-context';
 import { LockHandle } from './lock-handle';
 import { assertLockName, toBackendKey } from './lock-key';
 import { LockLease } from './lock-lease';
+import { assertBackendDelays } from './lock-delay';
 import { canonicalNames, takeMany } from './lock-many';
 import { assertBackendGrants, assertCovers } from './lock-mode';
 import type { ResolvedLockOptions, ResolvedModuleOptions } from './lock-options';
@@ -65,6 +66,7 @@ export class LockAcquirer {
       const ordered = canonicalNames(names, method, (name) => this.backendKey(name));
       if (ordered.length === 1) return this.take(ordered[0].name, options, signal, method, wait);
       assertBackendGrants(this.backend, options.mode);
+      if (options.lockDelayMs > 0) assertBackendDelays(this.backend, options.mode);
       for (const { name, key } of ordered) this.reenterable(key, name, options);
       return takeMany(ordered, options, wait, (name, each, waitEach) => this.take(name, each, signal, method, waitEach));
     } catch (error) {
@@ -84,6 +86,7 @@ export class LockAcquirer {
       const reentered = this.reenter(key, name, options);
       if (reentered) return Promise.resolve(reentered);
       if (options.mode !== 'write') assertBackendGrants(this.backend, options.mode);
+      if (options.lockDelayMs > 0) assertBackendDelays(this.backend, options.mode);
       signal?.throwIfAborted();
       this.assertRunning();
       if (tracingAcquire()) {
@@ -119,7 +122,7 @@ export class LockAcquirer {
 
   /** The request goes to the backend; its wait's clock starts while it is on its way. */
   private startWait(key: string, name: string, options: ResolvedLockOptions, signal: AbortSignal | undefined): WaitRequest {
-    const request = new WaitRequest(key, this.nextOwner(), options.ttlMs, performance.now(), options.mode, options.limit);
+    const request = new WaitRequest(key, this.nextOwner(), options.ttlMs, performance.now(), options.mode, options.limit, options.lockDelayMs || undefined);
     let granted: Promise<LockGrant>;
     try {
       granted = this.backend.acquire(request);
@@ -197,10 +200,11 @@ export class LockAcquirer {
   }
 
   /** One round trip, bounded by serverTimeoutMs whatever the server does; a late grant is given back. */
-  private async tryGrant(key: string, { ttlMs, mode, limit }: ResolvedLockOptions): Promise<LockGrant | null> {
+  private async tryGrant(key: string, { ttlMs, mode, limit, lockDelayMs }: ResolvedLockOptions): Promise<LockGrant | null> {
     let taken: Promise<LockGrant | null>;
     try {
-      taken = this.backend.tryAcquire(mode === 'write' ? { key, owner: this.nextOwner(), ttlMs } : { key, owner: this.nextOwner(), ttlMs, mode, limit });
+      const request = mode === 'write' ? { key, owner: this.nextOwner(), ttlMs } : { key, owner: this.nextOwner(), ttlMs, mode, limit };
+      taken = this.backend.tryAcquire(lockDelayMs > 0 ? { ...request, lockDelayMs } : request);
     } catch (error) {
       taken = Promise.reject(error);
     }
@@ -237,8 +241,8 @@ export class LockAcquirer {
   }
 
   private track(grant: LockGrant, name: string, options: ResolvedLockOptions): LockLease {
-    const { ttlMs, renewIntervalMs, renew, mode } = options;
-    const lease = new LockLease(this.backend, grant, name, ttlMs, renewIntervalMs, renew, this.options.serverTimeoutMs, this.forget, mode);
+    const { ttlMs, renewIntervalMs, renew, mode, lockDelayMs } = options;
+    const lease = new LockLease(this.backend, grant, name, ttlMs, renewIntervalMs, renew, this.options.serverTimeoutMs, this.forget, mode, lockDelayMs);
     this.leases.add(lease);
     return lease;
   }

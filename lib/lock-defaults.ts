@@ -7,6 +7,8 @@ export const DEFAULT_SERVER_TIMEOUT_MS = 5_000;
 export const DEFAULT_KEY_PREFIX = 'lock:';
 /** Node clamps a longer timer to 1 ms: a 30-day ttl would expire at once. About 24.8 days. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
+/** The longest lock-delay: Consul's cap, so a forgotten holder cannot block a name for long. */
+export const MAX_LOCK_DELAY_MS = 60_000;
 
 /**
  * How far a server's clock may run ahead of ours over a lease of `ttlMs` (1% + 2 ms): every

@@ -58,6 +58,8 @@ export class LockLease implements AbortWatcher {
     private readonly onReleased: (lease: LockLease) => void,
     /** The entry's mode: what a re-entrant acquisition in the same chain may ask for (see lock-mode.ts). */
     readonly mode: EntryMode = 'write',
+    /** The grant's lock-delay (0: none): see markLost. */
+    private readonly lockDelayMs = 0,
   ) {
     const now = (this.grantedAt = performance.now());
     // The server's lease started after the request was sent, never before: count from then.
@@ -180,7 +182,9 @@ export class LockLease implements AbortWatcher {
     if (this.drained) this.released = this.releaseAtBackend();
     // Our own deadline passed: give the lock up at the backend too (owner-checked), so the next
     // waiter does not wait for a server-side lease that outlives ours (etcd's session, a ZK node).
-    else if (reason === 'lease-expired' || reason === 'server-unreachable') this.backend.release(this.grant).catch(() => undefined);
+    // Not with a lock-delay: the handler may still run, and the delay after the server's expiry
+    // is what the user asked for to let it stop; a release would hand the name on at once.
+    else if (this.lockDelayMs === 0 && (reason === 'lease-expired' || reason === 'server-unreachable')) this.backend.release(this.grant).catch(() => undefined);
   }
 
   private assertHeld(): void {

@@ -2,10 +2,10 @@ import type { BackendSettings } from './backends/backend-definition';
 import type { EntryMode } from './backends/lock-backend.interface';
 import { validateBackendOptions, type BackendOptions } from './backends/registry';
 import { LockConfigError } from './errors';
-import { DEFAULT_KEY_PREFIX, DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS, DEFAULT_WAIT_TIMEOUT_MS, defaultHolderDescription, MAX_HOLDER_DESCRIPTION_LENGTH, MAX_TIMER_MS } from './lock-defaults';
+import { DEFAULT_KEY_PREFIX, DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS, DEFAULT_WAIT_TIMEOUT_MS, defaultHolderDescription, MAX_HOLDER_DESCRIPTION_LENGTH, MAX_LOCK_DELAY_MS, MAX_TIMER_MS } from './lock-defaults';
 import { assertMilliseconds, rejectUnknownFields } from './option-checks';
 
-export { DEFAULT_KEY_PREFIX, DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS, DEFAULT_WAIT_TIMEOUT_MS, MAX_TIMER_MS };
+export { DEFAULT_KEY_PREFIX, DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS, DEFAULT_WAIT_TIMEOUT_MS, MAX_LOCK_DELAY_MS, MAX_TIMER_MS };
 export type { BackendOptions };
 
 /** What to do when a decorated method or `withLock` callback finishes after its lock was lost. */
@@ -29,6 +29,13 @@ export interface LockOptions {
   waitTimeoutMs?: number;
   /** Default 'throw': a call whose lock was lost ends with LockLostError instead of its result. */
   onLockLost?: OnLockLost;
+  /**
+   * Lock-delay (Consul's): when this holder's lease runs out without a release (a crash, a pause,
+   * a partition), the server grants the name to nobody for this long after the lease ended; a
+   * clean release hands it on at once. Counted by the server, so no client's clock can shorten
+   * it. Default 0 (off); at most 60000. The holder's own setting decides the delay after it.
+   */
+  lockDelayMs?: number;
 }
 
 /** What `withLock` and `@WithLock` do when the lock is not taken within `waitTimeoutMs`. */
@@ -137,6 +144,8 @@ export interface ResolvedLockOptions {
   readonly mode: EntryMode;
   /** For a permit: the semaphore's limit. */
   readonly limit: number | undefined;
+  /** 0: off. See LockOptions.lockDelayMs. */
+  readonly lockDelayMs: number;
 }
 
 export interface ResolvedModuleOptions extends ResolvedRunOptions {
@@ -151,7 +160,7 @@ export interface ResolvedModuleOptions extends ResolvedRunOptions {
 }
 
 /** The options a call may give (@WithLock, withLock, acquire, tryAcquire); `signal` where it waits. */
-const LEASE_OPTION_FIELDS = ['ttlMs', 'renewIntervalMs', 'renew', 'waitTimeoutMs', 'onLockLost'] as const;
+const LEASE_OPTION_FIELDS = ['ttlMs', 'renewIntervalMs', 'renew', 'waitTimeoutMs', 'onLockLost', 'lockDelayMs'] as const;
 const LOCK_OPTION_FIELDS = [...LEASE_OPTION_FIELDS, 'mode'];
 const ACQUIRE_OPTION_FIELDS = [...LOCK_OPTION_FIELDS, 'signal'];
 const RUN_FIELDS = [...LOCK_OPTION_FIELDS, 'onTimeout', 'minHoldMs'];
@@ -188,8 +197,8 @@ export function resolveRunOptions(
     assertMilliseconds('minHoldMs', minHoldMs, (ms) => ms >= 0 && ms <= resolved.ttlMs, () => `0 to ttlMs (${resolved.ttlMs}) milliseconds, so the lease covers it; raise ttlMs for a longer hold`);
   }
   // Spelled out rather than spread: every lock call passes here.
-  const { ttlMs, renewIntervalMs, renew, waitTimeoutMs, onLockLost, mode, limit } = resolved;
-  return { ttlMs, renewIntervalMs, renew, waitTimeoutMs, onLockLost, mode, limit, onTimeout, minHoldMs };
+  const { ttlMs, renewIntervalMs, renew, waitTimeoutMs, onLockLost, mode, limit, lockDelayMs } = resolved;
+  return { ttlMs, renewIntervalMs, renew, waitTimeoutMs, onLockLost, mode, limit, lockDelayMs, onTimeout, minHoldMs };
 }
 
 /** Validates the module options at startup, so a typo fails the boot, not the first request. */
@@ -256,6 +265,7 @@ export const DEFAULT_LOCK_OPTIONS: ResolvedRunOptions = {
   onLockLost: 'throw',
   mode: 'write',
   limit: undefined,
+  lockDelayMs: 0,
   onTimeout: 'throw',
   minHoldMs: 0,
 };
@@ -291,7 +301,9 @@ export function resolveLockOptions(
   }
   const mode = (options as CallOptions).mode ?? defaults.mode;
   if (mode !== defaults.mode && mode !== 'write' && mode !== 'read') throw new LockConfigError('mode', `must be 'write' or 'read', got ${String(mode)}.`);
-  return { ttlMs, renewIntervalMs, renew, waitTimeoutMs, onLockLost, mode, limit: defaults.limit };
+  const lockDelayMs = options.lockDelayMs ?? defaults.lockDelayMs;
+  if (lockDelayMs !== defaults.lockDelayMs) assertLockDelay(lockDelayMs);
+  return { ttlMs, renewIntervalMs, renew, waitTimeoutMs, onLockLost, mode, limit: defaults.limit, lockDelayMs };
 }
 
 /** The largest semaphore limit: a permit count every backend stores as a 32-bit integer. */
@@ -304,8 +316,14 @@ export function assertSemaphoreLimit(limit: unknown): asserts limit is number {
   }
 }
 
+/** A lock-delay: 0 (off) to 60 s, whole or not, checked before any I/O. */
+export function assertLockDelay(lockDelayMs: unknown): asserts lockDelayMs is number {
+  assertMilliseconds('lockDelayMs', lockDelayMs, (ms) => ms >= 0 && ms <= MAX_LOCK_DELAY_MS, LOCK_DELAY_RANGE);
+}
+
 /** Built once: every lock call checks its options, and only a failed check needs the words. */
 const TTL_RANGE = `above 0 and at most ${MAX_TIMER_MS} milliseconds (about 24.8 days)`;
+const LOCK_DELAY_RANGE = `0 (off) to ${MAX_LOCK_DELAY_MS} milliseconds (Consul's cap: a crashed holder blocks the name for at most a minute more)`;
 const WAIT_RANGE = `0 to ${MAX_TIMER_MS} milliseconds, or Infinity to wait forever`;
 
 /** A lease length: what `ttlMs` and `extend(ttlMs)` accept. */

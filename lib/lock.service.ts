@@ -13,6 +13,7 @@ import { LockHandle } from './lock-handle';
 import { assertLockName } from './lock-key';
 import { warnShortSchedules } from './schedule-checks';
 import { LockAcquirer, type LockNames } from './lock-acquirer';
+import { assertBackendDelays } from './lock-delay';
 import { WaitRequest } from './wait-request';
 import {
   asPermit,
@@ -59,6 +60,8 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
     @Inject(LOCK_BACKEND) private readonly backend: LockBackend,
     @Inject(RESOLVED_LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
   ) {
+    // A module-wide lock-delay the backend cannot enforce fails the boot, not the first request.
+    if (options.lockDelayMs > 0) assertBackendDelays(backend);
     this.instrumentation = new LockInstrumentation(options);
     this.acquirer = new LockAcquirer(backend, options, this);
   }

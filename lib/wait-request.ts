@@ -27,6 +27,7 @@ export class WaitRequest extends PendingWait<LockGrant> implements AcquireReques
     readonly started: number,
     readonly mode: EntryMode = 'write',
     readonly limit?: number,
+    readonly lockDelayMs?: number,
   ) {
     super();
   }

@@ -30,6 +30,16 @@ CREATE TABLE IF NOT EXISTS "public"."distributed_locks_queue" (
 CREATE INDEX IF NOT EXISTS "distributed_locks_queue_by_name" ON "public"."distributed_locks_queue" (name, seq);
 CREATE INDEX IF NOT EXISTS "distributed_locks_queue_by_owner" ON "public"."distributed_locks_queue" (owner);
 
+-- Lock-delay: a holder's (on the name's row) and a waiting entry's (on its queue row), in ms; 0: none.
+DO $$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = '"public"."distributed_locks"'::regclass AND attname = 'delay_ms' AND NOT attisdropped) THEN
+    ALTER TABLE "public"."distributed_locks" ADD COLUMN IF NOT EXISTS delay_ms integer NOT NULL DEFAULT 0;
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = '"public"."distributed_locks_queue"'::regclass AND attname = 'delay_ms' AND NOT attisdropped) THEN
+    ALTER TABLE "public"."distributed_locks_queue" ADD COLUMN IF NOT EXISTS delay_ms integer NOT NULL DEFAULT 0;
+  END IF;
+END $$;
+
 -- Fencing tokens: a sequence never goes back, not even after a crash and restart.
 CREATE SEQUENCE IF NOT EXISTS "public"."distributed_locks_fence";
 
@@ -51,12 +61,12 @@ BEGIN
   IF next_waiter.mode IS NOT NULL THEN
     -- A read or permit entry first (nothing holds): the row stands for shared holders from now on.
     DELETE FROM "public"."distributed_locks_holders" WHERE name = p_name;
-    UPDATE "public"."distributed_locks" SET owner = '', expires_at = t, contended = true WHERE name = p_name;
+    UPDATE "public"."distributed_locks" SET owner = '', expires_at = t, contended = true, delay_ms = 0 WHERE name = p_name;
     PERFORM pg_notify(next_waiter.channel, next_waiter.owner || ' ' || "public"."distributed_locks_hold"(p_name, next_waiter.owner, next_waiter.mode, next_waiter.lim, next_waiter.ttl_ms, t) || ' ' || extract(epoch from t) * 1000);
     PERFORM "public"."distributed_locks_admit"(p_name, t);
     RETURN next_waiter.owner;
   END IF;
-  UPDATE "public"."distributed_locks" SET owner = next_waiter.owner, fence = nextval('"public"."distributed_locks_fence"'), expires_at = t + next_waiter.ttl_ms * interval '1 millisecond'
+  UPDATE "public"."distributed_locks" SET owner = next_waiter.owner, fence = nextval('"public"."distributed_locks_fence"'), expires_at = t + next_waiter.ttl_ms * interval '1 millisecond', delay_ms = next_waiter.delay_ms
     WHERE name = p_name RETURNING fence INTO granted;
   PERFORM pg_notify(next_waiter.channel, next_waiter.owner || ' ' || granted || ' ' || extract(epoch from t) * 1000);
   RETURN next_waiter.owner;
@@ -65,8 +75,9 @@ END $$;
 -- Take the lock if it is free (or its lease ended) and nobody waits; else queue (p_queue) behind the others. Called
 -- again by a waiting process (its safety net), it refreshes the entry, takes a lock its entry was
 -- granted or that expired with nobody ahead, and queues anew an entry that was dropped.
--- granted_fence is NULL while waiting; left_ms is what is left of the holder's lease.
-CREATE OR REPLACE FUNCTION "public"."distributed_locks_acquire"(p_name text, p_owner text, p_channel text, p_ttl_ms integer, p_alive_ms integer, p_queue boolean,
+-- granted_fence is NULL while waiting; left_ms is what is left of the holder's lease (and of its
+-- lock-delay once the lease ran out unreleased). p_delay_ms: the entry's lock-delay, 0 for none.
+CREATE OR REPLACE FUNCTION "public"."distributed_locks_acquire"(p_name text, p_owner text, p_channel text, p_ttl_ms integer, p_alive_ms integer, p_queue boolean, p_delay_ms integer,
   OUT granted_fence bigint, OUT left_ms double precision, OUT server_ms double precision)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -77,7 +88,7 @@ BEGIN
   -- row, and a release frees the row only when nobody waits, so owner NULL says nobody does; the
   -- row's own column is checked again after any wait for its lock.)
   t := clock_timestamp();
-  UPDATE "public"."distributed_locks" SET owner = p_owner, fence = nextval('"public"."distributed_locks_fence"'), expires_at = t + p_ttl_ms * interval '1 millisecond'
+  UPDATE "public"."distributed_locks" SET owner = p_owner, fence = nextval('"public"."distributed_locks_fence"'), expires_at = t + p_ttl_ms * interval '1 millisecond', delay_ms = p_delay_ms
     WHERE name = p_name AND owner IS NULL RETURNING fence INTO granted_fence;
   IF FOUND THEN
     left_ms := p_ttl_ms;
@@ -88,7 +99,7 @@ BEGIN
     SELECT * INTO held FROM "public"."distributed_locks" WHERE name = p_name FOR UPDATE;
     EXIT WHEN FOUND;
     t := clock_timestamp();
-    INSERT INTO "public"."distributed_locks" (name, owner, fence, expires_at) VALUES (p_name, p_owner, nextval('"public"."distributed_locks_fence"'), t + p_ttl_ms * interval '1 millisecond')
+    INSERT INTO "public"."distributed_locks" (name, owner, fence, expires_at, delay_ms) VALUES (p_name, p_owner, nextval('"public"."distributed_locks_fence"'), t + p_ttl_ms * interval '1 millisecond', p_delay_ms)
       ON CONFLICT (name) DO NOTHING RETURNING fence INTO granted_fence;
     IF FOUND THEN
       left_ms := p_ttl_ms;
@@ -98,23 +109,23 @@ BEGIN
   END LOOP;
   t := clock_timestamp();
   server_ms := extract(epoch from t) * 1000;
-  IF held.owner IS NULL OR held.expires_at <= t THEN
+  IF held.owner IS NULL OR held.expires_at + held.delay_ms * interval '1 millisecond' <= t THEN
     IF "public"."distributed_locks_grant_next"(p_name, t) IS NULL THEN
       DELETE FROM "public"."distributed_locks_queue" WHERE name = p_name;
-      UPDATE "public"."distributed_locks" SET owner = p_owner, fence = nextval('"public"."distributed_locks_fence"'), expires_at = t + p_ttl_ms * interval '1 millisecond', contended = false
+      UPDATE "public"."distributed_locks" SET owner = p_owner, fence = nextval('"public"."distributed_locks_fence"'), expires_at = t + p_ttl_ms * interval '1 millisecond', contended = false, delay_ms = p_delay_ms
         WHERE name = p_name RETURNING * INTO held;
     ELSE
       SELECT * INTO held FROM "public"."distributed_locks" WHERE name = p_name;
     END IF;
   END IF;
-  left_ms := extract(epoch from held.expires_at) * 1000 - server_ms;
+  left_ms := extract(epoch from held.expires_at + CASE WHEN held.expires_at <= t THEN held.delay_ms * interval '1 millisecond' ELSE interval '0' END) * 1000 - server_ms;
   IF held.owner = p_owner THEN
     granted_fence := held.fence;
     RETURN;
   END IF;
   UPDATE "public"."distributed_locks_queue" SET alive_until = t + p_alive_ms * interval '1 millisecond' WHERE owner = p_owner AND name = p_name;
   IF NOT FOUND AND p_queue THEN
-    INSERT INTO "public"."distributed_locks_queue" (name, owner, channel, ttl_ms, alive_until) VALUES (p_name, p_owner, p_channel, p_ttl_ms, t + p_alive_ms * interval '1 millisecond');
+    INSERT INTO "public"."distributed_locks_queue" (name, owner, channel, ttl_ms, alive_until, delay_ms) VALUES (p_name, p_owner, p_channel, p_ttl_ms, t + p_alive_ms * interval '1 millisecond', p_delay_ms);
     -- The release's single UPDATE (which reads only this row) must now leave the hand-off to the function.
     UPDATE "public"."distributed_locks" SET contended = true WHERE name = p_name AND NOT contended;
   END IF;
@@ -132,7 +143,8 @@ DECLARE
   current_owner text;
   handed_to text;
 BEGIN
-  SELECT owner INTO current_owner FROM "public"."distributed_locks" WHERE name = p_name FOR UPDATE;
+  -- A lease that ran out with a lock-delay is its holder's no longer: the delay runs its course.
+  SELECT CASE WHEN delay_ms > 0 AND expires_at <= clock_timestamp() THEN NULL ELSE owner END INTO current_owner FROM "public"."distributed_locks" WHERE name = p_name FOR UPDATE;
   IF current_owner IS DISTINCT FROM p_owner THEN
     DELETE FROM "public"."distributed_locks_queue" WHERE owner = p_owner AND name = p_name;
     -- A writer that leaves from behind shared holders may have held back the entries behind it.
@@ -244,8 +256,8 @@ BEGIN
   END IF;
   IF held.owner = '' THEN
     PERFORM "public"."distributed_locks_settle"(p_name, t);
-  ELSIF held.owner IS NOT NULL AND held.expires_at <= t THEN
-    -- A write holder's lease ended: the next waiter gets the name, or nobody holds it.
+  ELSIF held.owner IS NOT NULL AND held.expires_at + held.delay_ms * interval '1 millisecond' <= t THEN
+    -- A write holder's lease ended (and its lock-delay): the next waiter gets the name, or nobody holds it.
     IF "public"."distributed_locks_grant_next"(p_name, t) IS NULL THEN
       DELETE FROM "public"."distributed_locks_queue" WHERE name = p_name;
       UPDATE "public"."distributed_locks" SET owner = NULL WHERE name = p_name;
@@ -265,7 +277,7 @@ BEGIN
         AND (p_mode = 'read' OR (SELECT count(*) FROM "public"."distributed_locks_holders" WHERE name = p_name AND expires_at > t) < p_lim)) THEN
       IF held.owner IS NULL THEN
         DELETE FROM "public"."distributed_locks_holders" WHERE name = p_name;
-        UPDATE "public"."distributed_locks" SET owner = '', expires_at = t, contended = false WHERE name = p_name;
+        UPDATE "public"."distributed_locks" SET owner = '', expires_at = t, contended = false, delay_ms = 0 WHERE name = p_name;
       END IF;
       granted_fence := "public"."distributed_locks_hold"(p_name, p_owner, p_mode, p_lim, p_ttl_ms, t);
       left_ms := p_ttl_ms;
@@ -279,7 +291,7 @@ BEGIN
   IF held.owner = '' AND p_mode = 'permit' THEN
     left_ms := extract(epoch from (SELECT min(expires_at) FROM "public"."distributed_locks_holders" WHERE name = p_name AND expires_at > t)) * 1000 - server_ms;
   ELSE
-    left_ms := extract(epoch from held.expires_at) * 1000 - server_ms;
+    left_ms := extract(epoch from held.expires_at + CASE WHEN held.owner <> '' AND held.expires_at <= t THEN held.delay_ms * interval '1 millisecond' ELSE interval '0' END) * 1000 - server_ms;
   END IF;
 END $$;
 

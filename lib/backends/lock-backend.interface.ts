@@ -62,6 +62,18 @@ export interface LockBackend {
   modeRefusal?(mode: EntryMode): string | undefined;
 
   /**
+   * The backend enforces `AcquireRequest.lockDelayMs` at its server. Omitted or false: LockService
+   * refuses a lock-delay before any I/O, with `lockDelayRefusal()`'s reason when it gives one.
+   */
+  readonly lockDelay?: boolean;
+
+  /**
+   * Why this backend, as configured, cannot enforce a lock-delay for entries of `mode`, naming the
+   * option to change; undefined when it can. Asked before `lockDelay`.
+   */
+  lockDelayRefusal?(mode: EntryMode): string | undefined;
+
+  /**
    * How far the server's clock may run ahead of ours over a lease of `ttlMs`, when a backend
    * allows more than the library's own (1% + 2 ms): every local deadline is that much earlier.
    */
@@ -122,6 +134,11 @@ export interface AcquireRequest {
   readonly owner: string;
   /** Lease length. Backends with coarser leases round up and say how in their docs. */
   readonly ttlMs: number;
+  /**
+   * Lock-delay: when this entry's lease ends without a release, the server grants the name to
+   * nobody for this long after. Omitted or 0: none. Given only to a backend with `lockDelay`.
+   */
+  readonly lockDelayMs?: number;
   /**
    * Aborts when the caller stops waiting (timeout, its own signal, shutdown). LockService makes
    * it on first access, so a backend that grants at once should look at it only once it has to

@@ -42,6 +42,8 @@ export class Batch {
   mode: EntryMode = 'write';
   /** For a permit entry: the semaphore's limit. */
   limit?: number;
+  /** The entry's lock-delay (AcquireRequest.lockDelayMs), 0 for none: callers with another delay put another entry. */
+  lockDelayMs = 0;
   private readonly callers: QueuedCaller[] = [];
   private joined = 0;
   private served = 0;
@@ -75,8 +77,8 @@ export class Batch {
   }
 
   /** A caller asking for `request` may share this batch's entry (same kind, room left). */
-  fits(request: Pick<AcquireRequest, 'mode' | 'limit'>): boolean {
-    return (request.mode ?? 'write') === this.mode && request.limit === this.limit && !this.full;
+  fits(request: Pick<AcquireRequest, 'mode' | 'limit' | 'lockDelayMs'>): boolean {
+    return (request.mode ?? 'write') === this.mode && request.limit === this.limit && (request.lockDelayMs ?? 0) === this.lockDelayMs && !this.full;
   }
 
   /** The first owner served now, if any (the only one outside read entries). */

@@ -98,6 +98,7 @@ export class LocalQueues<B extends Batch> {
       batch = this.newBatch(request.key, `~q${(batchSeq++).toString(36)}`);
       batch.mode = request.mode ?? 'write';
       batch.limit = request.limit;
+      batch.lockDelayMs = request.lockDelayMs ?? 0;
       queue.batches.push(batch);
     }
     const joined = batch;
@@ -139,11 +140,12 @@ export class LocalQueues<B extends Batch> {
   }
 
   /** A batch that took the lock outright for `request` (a try): it holds, ahead of any batch queued meanwhile. */
-  adopt(batch: B, entryToken: bigint, request: Pick<AcquireRequest, 'owner' | 'mode' | 'limit'>): void {
+  adopt(batch: B, entryToken: bigint, request: Pick<AcquireRequest, 'owner' | 'mode' | 'limit' | 'lockDelayMs'>): void {
     batch.entryToken = entryToken;
     batch.state = 'holding';
     batch.mode = request.mode ?? 'write';
     batch.limit = request.limit;
+    batch.lockDelayMs = request.lockDelayMs ?? 0;
     batch.holders.add(request.owner);
     this.queueOf(batch.key).batches.unshift(batch);
   }

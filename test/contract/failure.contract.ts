@@ -3,6 +3,7 @@ import { burstCases } from './failure/burst.contract';
 import { crashFailoverCases } from './failure/crash-failover.contract';
 import type { FailureContext, FailureContractOptions, FailureTarget } from './failure/failure-target';
 import { lateGrantCases } from './failure/late-grant.contract';
+import { lockDelayCases } from './failure/lock-delay.contract';
 import { serverFaultCases } from './failure/server-faults.contract';
 import { shutdownCases } from './failure/shutdown.contract';
 import { startupCases } from './failure/startup.contract';
@@ -52,5 +53,7 @@ export function runFailureContract(options: FailureContractOptions): void {
     // and what is checked still holds: no overlap, and the next waiter is not kept waiting for it.
     describe('7: a late grant is never a fresh lease', { skip: processes }, () => lateGrantCases(context));
     describe('8: shutdown is quiet and exact', { skip: processes }, () => shutdownCases(context));
+    // In process (memory), the holder's lease runs out unreleased instead of its process dying.
+    describe('lock-delay: a lease that ends unreleased holds its name', { skip: options.lockDelay === false ? `${options.name} refuses lockDelayMs` : false }, () => lockDelayCases(context));
   });
 }

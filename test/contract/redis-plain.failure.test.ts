@@ -6,6 +6,7 @@ import { runFailureContract } from './failure.contract';
 // No queue in Redis, so no FIFO; exclusive only (docs/redis.md, "Protocol: plain").
 runFailureContract({
   name: 'redis (protocol plain)',
+  lockDelay: false,
   fifo: false,
   modes: false,
   async start() {

@@ -6,6 +6,7 @@ import { runFailureContract } from './failure.contract';
 // No sessionTimeoutMs: the session follows the module's ttlMs. InterProcessMutex's layout: the exclusive lock only.
 runFailureContract({
   name: 'zookeeper (protocol curator)',
+  lockDelay: false,
   modes: false,
   async start() {
     const zookeeper = await startZooKeeperServer();

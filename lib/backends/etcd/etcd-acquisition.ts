@@ -3,7 +3,7 @@ import { LockBackendError } from '../../errors';
 import { conflictingLimit, decide, limitMismatch, type Decision, type EntryValue } from './entry-modes';
 import type { LockKeys } from './etcd-keys';
 import { entriesAhead, entryEnqueueTxn, entryRecheckTxn, markGrantedTxn } from './etcd-mode-requests';
-import { createRevision, keysStillTxn, rangeKvs } from './etcd-requests';
+import { createRevision, delayKeyOf, keysStillTxn, putDelayTxn, rangeKvs } from './etcd-requests';
 import type { EtcdSession } from './etcd-session';
 import type { LocalFollower, LocalFollowers } from './local-followers';
 
@@ -68,6 +68,8 @@ export class EtcdAcquisition implements LocalFollower {
   private state: 'waiting' | 'granted' | 'failed' = 'waiting';
   /** The enqueue transaction has answered (or failed): only then can our key be cleaned up. */
   private enqueued = false;
+  /** Granted by the rule, and putting its lock-delay key before it tells anyone (grant). */
+  private puttingDelay = false;
 
   constructor(
     private readonly context: AcquisitionContext,
@@ -79,6 +81,8 @@ export class EtcdAcquisition implements LocalFollower {
     private readonly outcome: AcquisitionOutcome,
     /** A try: fails with NOT_FREE rather than wait. */
     private readonly onlyIfFree = false,
+    /** The entry's lock-delay (its keys then have `delayOwn`), 0 for none. */
+    private readonly lockDelayMs = 0,
   ) {}
 
   /** Our key is in the queue: the enqueue answered with it. */
@@ -109,7 +113,7 @@ export class EtcdAcquisition implements LocalFollower {
     // The permits queued or held when we arrived: a later reread may see a permit that is about to reject itself.
     const other = mode === 'permit' ? conflictingLimit(limit!, ahead) : undefined;
     if (other !== undefined) return this.fail(limitMismatch(this.name, limit!, other));
-    this.evaluate(decide(mode, limit ?? 0, ahead), BigInt(response.header.revision), false);
+    this.evaluate(heldBack(decide(mode, limit ?? 0, ahead), response), BigInt(response.header.revision), false);
   }
 
   /**
@@ -256,7 +260,7 @@ export class EtcdAcquisition implements LocalFollower {
         const response = await this.context.txn(this.session, entryRecheckTxn(this.entry.mode, this.keys, this.revision!));
         if (this.state !== 'waiting') return;
         if (!response.succeeded) return this.fail(this.sessionLost());
-        this.evaluate(decide(this.entry.mode, this.entry.limit ?? 0, entriesAhead(response, 0, this.revision!)), BigInt(response.header.revision), false);
+        this.evaluate(heldBack(decide(this.entry.mode, this.entry.limit ?? 0, entriesAhead(response, 0, this.revision!)), response), BigInt(response.header.revision), false);
       } while (this.checkAgain);
     } catch {
       // Could not tell (network): look again shortly; a lost session ends the wait meanwhile.
@@ -271,13 +275,37 @@ export class EtcdAcquisition implements LocalFollower {
    * which wakes the permit behind it (decide). Best effort: one that misses it rereads at its safety net.
    */
   private grant(mark: boolean): void {
-    if (this.state !== 'waiting') return;
+    if (this.state !== 'waiting' || this.puttingDelay) return;
     if (!this.session.alive) return this.fail(this.sessionLost());
+    if (this.keys.delayOwn) return void this.grantWithDelay();
     this.state = 'granted';
     this.unfollow();
     if (mark && this.entry.mode === 'permit') {
       this.context.txn(this.session, markGrantedTxn(this.keys, this.revision!, this.session.leaseId, this.entry)).catch(() => undefined);
     }
+    this.outcome.granted(this.revision!);
+  }
+
+  /**
+   * The rule lets an entry with a lock-delay go: its delay key goes in first (fenced on our lock
+   * key), so no caller runs under the lock before a crash of ours would hold the name.
+   */
+  private async grantWithDelay(): Promise<void> {
+    this.puttingDelay = true;
+    this.unfollow();
+    try {
+      const leaseId = await this.session.delayLeaseId(this.lockDelayMs);
+      if (this.state !== 'waiting') return;
+      const response = await this.context.txn(this.session, putDelayTxn(this.keys, this.revision!, leaseId));
+      if (this.state !== 'waiting') return;
+      if (!response.succeeded) return this.fail(this.sessionLost());
+    } catch (error) {
+      return this.fail(error);
+    } finally {
+      this.puttingDelay = false;
+    }
+    if (!this.session.alive) return this.fail(this.sessionLost());
+    this.state = 'granted';
     this.outcome.granted(this.revision!);
   }
 
@@ -292,4 +320,15 @@ export class EtcdAcquisition implements LocalFollower {
   private sessionLost(): Error {
     return new LockBackendError('etcd', 'keep its place in the queue', this.session.reason ?? new Error('the lock key was deleted: its session lease expired'));
   }
+}
+
+/**
+ * A grant the rule allows is held back while the name has a lock-delay key (read last by the
+ * transaction): a holder's lease ran out unreleased less than its delay ago. The entry waits for
+ * that key's deletion, which etcd makes when the key's lease runs out.
+ */
+function heldBack(decision: Decision, response: ITxnResponse): Decision {
+  if (decision.kind !== 'grant') return decision;
+  const delay = delayKeyOf(response);
+  return delay ? { kind: 'wait', keys: [delay], orMarked: false } : decision;
 }

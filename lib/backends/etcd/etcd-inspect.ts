@@ -1,3 +1,4 @@
+import { delayKeyFor } from './etcd-keys';
 import type { Etcd3, IKeyValue, ITxnRequest } from 'etcd3';
 import type { LockHolder, LockInspection } from '../lock-backend.interface';
 import { batchToken } from '../../queue/batch';
@@ -23,7 +24,8 @@ function queueTxn(name: string): ITxnRequest {
 function deleteHolderTxn(holder: IKeyValue): ITxnRequest {
   return {
     compare: [{ key: holder.key, target: 'Create', result: 'Equal', create_revision: holder.create_revision }],
-    success: [{ request_delete_range: { key: holder.key } }],
+    // An operator's release, as the holder's own: its lock-delay key (if any) goes too.
+    success: [{ request_delete_range: { key: holder.key } }, { request_delete_range: { key: delayKeyFor(holder.key) } }],
     failure: [],
   };
 }

@@ -18,11 +18,32 @@ export interface LockKeys {
   readonly own: Buffer;
   /** What names `own` below the lease id, for a session's entries (EntrySlots). */
   readonly slot?: EntrySlot;
+  /**
+   * Lock-delay keys of the name: `/lock-delay/<escaped name>/...`. A holder with a lock-delay
+   * puts `delayOwn` there (`/lock-delay/<escaped name>/<lease id, hex>/<entry>`) on a lease that
+   * outlives its session by the delay (DelayLeases), and deletes it with its lock key. Outside
+   * every contender range: no escaped name starts with '/'.
+   */
+  readonly delayStart: Buffer;
+  readonly delayEnd: Buffer;
+  /** Set for an entry with a lock-delay. */
+  readonly delayOwn?: Buffer;
 }
 
-export function lockKeys(name: string, leaseId: string, entry: string, slot?: EntrySlot): LockKeys {
+export function lockKeys(name: string, leaseId: string, entry: string, slot?: EntrySlot, lockDelayMs = 0): LockKeys {
   const { start, end } = contenderRange(name);
-  return { start, end, own: Buffer.concat([start, Buffer.from(`${BigInt(leaseId).toString(16)}/${entry}`)]), slot };
+  const suffix = `${BigInt(leaseId).toString(16)}/${entry}`;
+  const delayStart = Buffer.concat([DELAY_ROOT, start]);
+  const delayEnd = Buffer.concat([DELAY_ROOT, end]);
+  const own = Buffer.concat([start, Buffer.from(suffix)]);
+  return { start, end, own, slot, delayStart, delayEnd, delayOwn: lockDelayMs > 0 ? delayKeyFor(own) : undefined };
+}
+
+const DELAY_ROOT = Buffer.from('/lock-delay/');
+
+/** The lock-delay key of the entry whose lock key is `own` (see LockKeys.delayOwn). */
+export function delayKeyFor(own: Buffer): Buffer {
+  return Buffer.concat([DELAY_ROOT, own]);
 }
 
 /** The range of every contender of a lock name (see LockKeys.start and end). */

@@ -2,7 +2,7 @@ import type { IKeyValue, ITxnRequest, ITxnResponse } from 'etcd3';
 import { encodeEntry, type EntryValue } from './entry-modes';
 import type { LockKeys } from './etcd-keys';
 import type { EntryMode } from '../lock-backend.interface';
-import { createRevision, enqueueTxn, rangeKvs, recheckTxn } from './etcd-requests';
+import { createRevision, delayRange, enqueueTxn, rangeKvs, recheckTxn } from './etcd-requests';
 
 /**
  * The transactions of read and permit entries, each one round trip, and which one an entry of
@@ -31,7 +31,7 @@ function entries(keys: LockKeys, below?: bigint) {
 function modeEnqueueTxn(keys: LockKeys, leaseId: string, value: Buffer): ITxnRequest {
   return {
     compare: [{ key: keys.own, target: 'Create', result: 'Equal', create_revision: 0 }],
-    success: [{ request_put: { key: keys.own, value, lease: leaseId } }, entries(keys)],
+    success: [{ request_put: { key: keys.own, value, lease: leaseId } }, entries(keys), delayRange(keys)],
     failure: [{ request_range: { key: keys.own, keys_only: true } }],
   };
 }
@@ -40,7 +40,7 @@ function modeEnqueueTxn(keys: LockKeys, leaseId: string, value: Buffer): ITxnReq
 function modeRecheckTxn(keys: LockKeys, revision: bigint): ITxnRequest {
   return {
     compare: [{ key: keys.own, target: 'Create', result: 'Equal', create_revision: revision.toString() }],
-    success: [entries(keys, revision)],
+    success: [entries(keys, revision), delayRange(keys)],
     failure: [],
   };
 }

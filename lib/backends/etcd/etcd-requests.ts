@@ -9,6 +9,20 @@ import type { LockKeys } from './etcd-keys';
 const EMPTY = Buffer.alloc(0);
 
 /**
+ * A read of the name's lock-delay keys (etcd-keys.ts), last in a transaction's success branch: one
+ * there is a holder's whose lease ran out less than its delay ago (a live holder's own is behind
+ * its lock key, which comes first anyway). A read in a transaction the entry makes anyway.
+ */
+export function delayRange(keys: LockKeys) {
+  return { request_range: { key: keys.delayStart, range_end: keys.delayEnd, limit: 1, keys_only: true } } as const;
+}
+
+/** The delay key read by `delayRange` as the last op of a transaction that succeeded, if any. */
+export function delayKeyOf(response: ITxnResponse): IKeyValue | undefined {
+  return response.succeeded ? rangeKvs(response, response.responses.length - 1)[0] : undefined;
+}
+
+/**
  * Queue up: if our own key does not exist yet, put it with the session lease, and in the same
  * transaction read the two newest keys: ours, and the one just before it, if any. None before
  * ours means we hold the lock; otherwise that key is the one we watch. (A range sorted by create
@@ -21,16 +35,33 @@ export function enqueueTxn(keys: LockKeys, leaseId: string): ITxnRequest {
     success: [
       { request_put: { key: keys.own, value: EMPTY, lease: leaseId } },
       { request_range: { key: keys.start, range_end: keys.end, sort_target: 'Create', sort_order: 'Descend', limit: 2, keys_only: true } },
+      delayRange(keys),
     ],
     failure: [{ request_range: { key: keys.own, keys_only: true } }],
   };
 }
 
-/** Try-lock: put our key only if there is no key at all under the lock's prefix. */
-export function tryTakeTxn(keys: LockKeys, leaseId: string): ITxnRequest {
+/**
+ * Try-lock: put our key only if there is no key at all under the lock's prefix, nor a lock-delay
+ * key; with `delayLeaseId`, our own delay key goes with it.
+ */
+export function tryTakeTxn(keys: LockKeys, leaseId: string, delayLeaseId?: string): ITxnRequest {
+  const put = { request_put: { key: keys.own, value: EMPTY, lease: leaseId } };
   return {
-    compare: [{ key: keys.start, range_end: keys.end, target: 'Create', result: 'Equal', create_revision: 0 }],
-    success: [{ request_put: { key: keys.own, value: EMPTY, lease: leaseId } }],
+    compare: [
+      { key: keys.start, range_end: keys.end, target: 'Create', result: 'Equal', create_revision: 0 },
+      { key: keys.delayStart, range_end: keys.delayEnd, target: 'Create', result: 'Equal', create_revision: 0 },
+    ],
+    success: keys.delayOwn && delayLeaseId ? [put, { request_put: { key: keys.delayOwn, value: EMPTY, lease: delayLeaseId } }] : [put],
+    failure: [],
+  };
+}
+
+/** A granted entry with a lock-delay puts its delay key, only while its lock key is still the one it was granted. */
+export function putDelayTxn(keys: LockKeys, revision: bigint, delayLeaseId: string): ITxnRequest {
+  return {
+    compare: [{ key: keys.own, target: 'Create', result: 'Equal', create_revision: revision.toString() }],
+    success: [{ request_put: { key: keys.delayOwn!, value: EMPTY, lease: delayLeaseId } }],
     failure: [],
   };
 }
@@ -54,6 +85,7 @@ export function recheckTxn(keys: LockKeys, revision: bigint): ITxnRequest {
           keys_only: true,
         },
       },
+      delayRange(keys),
     ],
     failure: [],
   };
@@ -72,7 +104,8 @@ export function deleteOwnTxn(keys: LockKeys, revision: bigint | undefined): ITxn
   const lowest = { request_range: { key: keys.start, range_end: keys.end, sort_target: 'Create', sort_order: 'Ascend', limit: 1, keys_only: true } } as const;
   return {
     compare: revision === undefined ? [] : [{ key: keys.own, target: 'Create', result: 'Equal', create_revision: revision.toString() }],
-    success: [{ request_delete_range: { key: keys.own } }, lowest],
+    // A release ends the holder's lock-delay too: its delay key goes in the same transaction.
+    success: keys.delayOwn ? [{ request_delete_range: { key: keys.own } }, lowest, { request_delete_range: { key: keys.delayOwn } }] : [{ request_delete_range: { key: keys.own } }, lowest],
     failure: [lowest],
   };
 }

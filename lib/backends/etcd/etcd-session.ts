@@ -2,6 +2,7 @@ import type { Etcd3, ILeaseKeepAliveResponse, Lease } from 'etcd3';
 import { deadlines, type Deadline } from '../../deadlines';
 import { driftAllowanceMs } from '../../lock-defaults';
 import type { EtcdCalls } from './etcd-calls';
+import { DelayLeases } from './etcd-delay-leases';
 import { lockKeys, type LockKeys } from './etcd-keys';
 import { EntrySlots } from './entry-slots';
 
@@ -37,8 +38,12 @@ export class EtcdSession {
   /** performance.now() when the newest keepalive etcd answered (or the grant) was sent. */
   private confirmedSentAt: number;
   private readonly slots = new EntrySlots();
+  /** The ttl etcd granted the session lease (it may raise what was asked): what delay leases add to. */
+  private grantedTtlSeconds: number;
+  private readonly delayLeases: DelayLeases;
 
   private constructor(
+    client: Etcd3,
     private readonly lease: Lease,
     readonly leaseId: string,
     grantedAt: number,
@@ -49,6 +54,8 @@ export class EtcdSession {
   ) {
     this.deadline = grantedAt + ttlSeconds * 1000 - driftAllowanceMs(ttlSeconds * 1000);
     this.confirmedSentAt = grantedAt;
+    this.grantedTtlSeconds = ttlSeconds;
+    this.delayLeases = new DelayLeases(client, () => this.grantedTtlSeconds);
     this.arm();
     this.armProbe();
     lease.on('keepaliveFired', () => this.sent.push(performance.now()));
@@ -84,13 +91,18 @@ export class EtcdSession {
       throw error;
     }
     calls.reached();
-    return new EtcdSession(lease, leaseId, grantedAt, ttlSeconds, onLost, calls);
+    return new EtcdSession(client, lease, leaseId, grantedAt, ttlSeconds, onLost, calls);
   }
 
-  /** The keys of a new entry of this session under `name`, named by a reused slot (EntrySlots). */
-  entryKeys(name: string): LockKeys {
+  /** The keys of a new entry of this session under `name`, named by a reused slot (EntrySlots); with its delay key for a lock-delay. */
+  entryKeys(name: string, lockDelayMs = 0): LockKeys {
     const slot = this.slots.take(name);
-    return lockKeys(name, this.leaseId, String(slot.number), slot);
+    return lockKeys(name, this.leaseId, String(slot.number), slot, lockDelayMs);
+  }
+
+  /** The lease a lock-delay key of this session is put with (DelayLeases). */
+  delayLeaseId(lockDelayMs: number): Promise<string> {
+    return this.calls.track(this.delayLeases.leaseId(lockDelayMs));
   }
 
   /** Not ended, and its local deadline not passed (checked now, in case timers ran late). */
@@ -110,6 +122,7 @@ export class EtcdSession {
     deadlines.cancel(this.timer);
     deadlines.cancel(this.probeTimer);
     this.lease.release();
+    this.delayLeases.release();
     this.onLost(this, reason);
   }
 
@@ -118,11 +131,13 @@ export class EtcdSession {
    * Best effort: if it fails the keys still expire with the lease, whose keepalives have stopped.
    */
   async revoke(timeoutMs: number): Promise<void> {
+    const delays = this.delayLeases.revoke(Date.now() + timeoutMs);
     this.end(new Error('the session was closed'));
     let timer: NodeJS.Timeout | undefined;
     // The deadline bounds the call; the timer also bounds a client that was closed under us.
     const gaveUp = new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)));
-    await Promise.race([this.lease.revoke({ deadline: Date.now() + timeoutMs }).catch(() => undefined), gaveUp]);
+    const revoked = Promise.all([this.lease.revoke({ deadline: Date.now() + timeoutMs }).catch(() => undefined), delays]);
+    await Promise.race([revoked, gaveUp]);
     clearTimeout(timer);
   }
 
@@ -136,8 +151,11 @@ export class EtcdSession {
     if (this.lostReason) return;
     this.calls.reached();
     const ttlMs = Number(response.TTL) * 1000;
+    if (ttlMs > 0) this.grantedTtlSeconds = Math.max(this.ttlSeconds, ttlMs / 1000);
     this.deadline = Math.max(this.deadline, sentAt + ttlMs - driftAllowanceMs(ttlMs));
     this.confirmedSentAt = Math.max(this.confirmedSentAt, sentAt);
+    // After the session's keepalive was answered: a delay lease's countdown restarts later than the session's.
+    this.delayLeases.keepAlive(Date.now() + this.ttlSeconds * 1000 * PROBE_TIMEOUT_TTL);
     this.arm();
     this.armProbe();
   }

@@ -2,7 +2,8 @@ import type { Etcd3, ITxnRequest, ITxnResponse } from 'etcd3';
 import { LockBackendError, LockServerUnreachableError } from '../../errors';
 import { DEFAULT_KEY_PREFIX, DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
-import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
+import type { AcquireRequest, EntryMode, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
+import { exclusiveLockDelayOnly } from '../lock-delay-refusals';
 import { LocalQueueBackend } from '../../queue/local-queue-backend';
 import { badLimit, decide, type EntryValue } from './entry-modes';
 import { EtcdAcquisition, NOT_FREE, watchSafetyNetMs, type AcquisitionContext } from './etcd-acquisition';
@@ -51,6 +52,11 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
   readonly maxKeyBytes = 1024;
   /** Read and permit entries are batches too (LocalQueues), with their mode in the key's value. */
   readonly modes = ['write', 'read', 'permit'] as const;
+  /** A holder's delay key, on a lease that outlives its session's by the delay (DelayLeases, etcd-keys.ts). */
+  readonly lockDelay = true;
+  lockDelayRefusal(mode: EntryMode): string | undefined {
+    return exclusiveLockDelayOnly('etcd', mode);
+  }
   readonly address: string;
   private readonly calls: EtcdCalls;
   private readonly sessions: EtcdSessions;
@@ -123,12 +129,12 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
     const { key, owner } = request;
     const session = await this.sessions.session('take a lock');
     const batch = new EtcdBatch(key, owner);
-    batch.keys = session.entryKeys(key);
+    batch.keys = session.entryKeys(key, request.lockDelayMs);
     batch.session = session;
     const write = (request.mode ?? 'write') === 'write';
     let entryToken: bigint | null;
     try {
-      entryToken = write ? await this.takeFree(batch) : await this.takeIfItGoes(batch, request);
+      entryToken = write ? await this.takeFree(batch, request.lockDelayMs) : await this.takeIfItGoes(batch, request);
     } catch (error) {
       // A write of a name this process queued for meanwhile is busy (LocalQueueBackend.tryAcquire).
       if (retryOnNewSession && this.sessionDropped(session, error)) return write && this.queues.has(key) ? null : this.tryTake(request, false);
@@ -140,11 +146,12 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
     return this.grant(batch, request);
   }
 
-  /** A write's try: the key's create revision, or null when some key exists under the name. */
-  private async takeFree({ keys, session }: EtcdBatch): Promise<bigint | null> {
+  /** A write's try: the key's create revision, or null when some key (or a lock-delay key) exists under the name. */
+  private async takeFree({ keys, session }: EtcdBatch, lockDelayMs = 0): Promise<bigint | null> {
     let response: ITxnResponse;
     try {
-      response = await this.txn(session!, 'take a lock', tryTakeTxn(keys!, session!.leaseId));
+      const delayLeaseId = lockDelayMs > 0 ? await session!.delayLeaseId(lockDelayMs) : undefined;
+      response = await this.txn(session!, 'take a lock', tryTakeTxn(keys!, session!.leaseId, delayLeaseId));
     } catch (error) {
       this.deletes.deleteUnsure(keys!, session!);
       throw error;
@@ -236,7 +243,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
   private enqueue(batch: EtcdBatch, session: EtcdSession, retryOnNewSession: boolean): void {
     if (batch.state !== 'sending') return;
     if (!batch.hasCallers || !this.lifecycle.isOpen) return this.queues.end(batch);
-    const keys = session.entryKeys(batch.key);
+    const keys = session.entryKeys(batch.key, batch.lockDelayMs);
     const ownId = keys.own.toString('latin1');
     batch.keys = keys;
     batch.session = session;
@@ -266,6 +273,8 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
         },
         cleanup: (revision) => (revision === undefined ? this.deletes.deleteUnsure(keys, session) : void this.deletes.delete(keys, revision, session).catch(() => undefined)),
       },
+      false,
+      batch.lockDelayMs,
     );
     batch.acquisition = acquisition;
     this.waiting.set(ownId, acquisition);

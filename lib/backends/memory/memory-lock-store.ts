@@ -15,6 +15,8 @@ export interface MemoryEntry {
   /** For a permit: the semaphore's limit. */
   readonly limit: number;
   readonly ttlMs: number;
+  /** Lock-delay: when this entry's lease runs out unreleased, the key is granted to nobody for this long. */
+  readonly lockDelayMs?: number;
   /** Set when the waiter gave up; skipped at the next grant instead of searched for and spliced out. */
   cancelled: boolean;
   /** Called synchronously when the entry is granted after waiting. */
@@ -52,6 +54,9 @@ interface QueuedEntry {
 interface KeyState {
   /** Holders first (granted entries always form a prefix: nobody overtakes a waiting entry), then waiters. */
   readonly queue: QueuedEntry[];
+  /** A holder's lease ran out with a lock-delay: nothing is granted before this performance.now() time. */
+  delayedUntil?: number;
+  delayTimer?: NodeJS.Timeout;
 }
 
 export class MemoryLockStore {
@@ -81,7 +86,7 @@ export class MemoryLockStore {
       return queued.held.grant;
     }
     if (entry.onGrant) state.queue.push({ entry });
-    else if (state.queue.length === 0) this.states.delete(key);
+    else if (state.queue.length === 0 && !state.delayTimer) this.states.delete(key);
     return null;
   }
 
@@ -110,8 +115,33 @@ export class MemoryLockStore {
     const state = this.states.get(key);
     const index = state ? state.queue.findIndex((queued) => queued.held?.grant.owner === owner) : -1;
     if (!state || index === -1) return;
-    this.lose(state.queue.splice(index, 1), reason);
+    const removed = state.queue.splice(index, 1);
+    this.lose(removed, reason);
     this.grantNext(key, state);
+  }
+
+  /** The lease ran out unreleased: the holder loses the lock, and its lock-delay (if any) holds the key before anyone is granted. */
+  private expire(key: string, owner: string, ttlMs: number): void {
+    const state = this.states.get(key);
+    const index = state ? state.queue.findIndex((queued) => queued.held?.grant.owner === owner) : -1;
+    if (!state || index === -1) return;
+    const delayMs = state.queue[index].entry.lockDelayMs ?? 0;
+    if (delayMs > 0) this.delay(key, state, delayMs);
+    this.lose(state.queue.splice(index, 1), new Error(`lease of "${key}" expired after ${ttlMs} ms`));
+    this.grantNext(key, state);
+  }
+
+  /** Nothing of `key` is granted for `delayMs` from now (or until a later delay already set ends). */
+  private delay(key: string, state: KeyState, delayMs: number): void {
+    const until = performance.now() + delayMs;
+    if (state.delayedUntil !== undefined && state.delayedUntil >= until) return;
+    state.delayedUntil = until;
+    clearTimeout(state.delayTimer);
+    state.delayTimer = setTimeout(() => {
+      state.delayedUntil = state.delayTimer = undefined;
+      if (this.states.get(key) === state) this.grantNext(key, state);
+    }, delayMs);
+    state.delayTimer.unref();
   }
 
   /** The holders and the entries still waiting (one per batch of a client's callers). */
@@ -162,6 +192,7 @@ export class MemoryLockStore {
    */
   private grantNext(key: string, state: KeyState): void {
     const { queue } = state;
+    if (state.delayTimer) return;
     let ahead = 0;
     let writesAhead = 0;
     let granted: QueuedEntry[] | undefined;
@@ -185,6 +216,7 @@ export class MemoryLockStore {
 
   /** A new entry may go at once only when nobody waits (FIFO) and the rule lets it pass the holders. */
   private mayGoNow(state: KeyState, entry: MemoryEntry): boolean {
+    if (state.delayTimer) return false;
     let writesAhead = 0;
     let ahead = 0;
     for (const queued of state.queue) {
@@ -228,7 +260,7 @@ export class MemoryLockStore {
   }
 
   private expireAfter(key: string, owner: string, ttlMs: number): NodeJS.Timeout {
-    const timer = setTimeout(() => this.revoke(key, owner, new Error(`lease of "${key}" expired after ${ttlMs} ms`)), ttlMs);
+    const timer = setTimeout(() => this.expire(key, owner, ttlMs), ttlMs);
     timer.unref();
     return timer;
   }

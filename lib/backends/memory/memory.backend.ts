@@ -17,6 +17,8 @@ export class MemoryLockBackend extends LocalQueueBackend<MemoryBatch> implements
   readonly name = 'memory';
   readonly maxKeyBytes = 1024;
   readonly modes: readonly EntryMode[] = ['write', 'read', 'permit'];
+  /** The store holds an expired holder's key for its lock-delay itself. */
+  readonly lockDelay = true;
 
   constructor(
     private readonly store = new MemoryLockStore(),
@@ -123,6 +125,7 @@ export class MemoryLockBackend extends LocalQueueBackend<MemoryBatch> implements
     const batch = new MemoryBatch(request.key, request.owner);
     batch.mode = request.mode ?? 'write';
     batch.limit = request.limit;
+    batch.lockDelayMs = request.lockDelayMs ?? 0;
     const entry = this.entryOf(batch, request.ttlMs, false);
     const grant = this.store.take(request.key, entry);
     if (!grant) return null;
@@ -139,6 +142,7 @@ export class MemoryLockBackend extends LocalQueueBackend<MemoryBatch> implements
       mode: batch.mode,
       limit: batch.limit ?? 1,
       ttlMs,
+      lockDelayMs: batch.lockDelayMs,
       cancelled: false,
       onGrant: waits ? (grant) => this.holds(batch, grant) : undefined,
       onLost: () => this.lost(batch),

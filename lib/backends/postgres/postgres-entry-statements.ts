@@ -24,7 +24,7 @@ export class PostgresEntryStatements {
   ) {
     // A lone row goes as the plain statement: arrays and unnest cost the server more than the call itself.
     this.queueing = new StatementCoalescer(
-      (batch) => this.calls.queryOne<AcquireRow>('queue for a lock', this.sql.acquire, [batch.key, batch.entry, this.channel, batch.ttlMs, batch.aliveMs, true]),
+      (batch) => this.calls.queryOne<AcquireRow>('queue for a lock', this.sql.acquire, [batch.key, batch.entry, this.channel, batch.ttlMs, batch.aliveMs, true, Math.ceil(batch.lockDelayMs)]),
       (batches) =>
         byName(batches, (sorted) =>
           this.calls.query<AcquireRow>('queue for a lock', this.sql.queueMany, [
@@ -33,6 +33,7 @@ export class PostgresEntryStatements {
             sorted.map((batch) => batch.ttlMs),
             sorted.map((batch) => batch.aliveMs),
             this.channel,
+            sorted.map((batch) => Math.ceil(batch.lockDelayMs)),
           ]),
         ),
     );
@@ -50,7 +51,7 @@ export class PostgresEntryStatements {
   put(batch: PostgresBatch, queue: boolean): Promise<AcquireRow> {
     if (batch.mode === 'write') {
       if (queue) return this.queueing.run(batch);
-      return this.calls.queryOne<AcquireRow>('take a lock', this.sql.acquire, [batch.key, batch.entry, this.channel, batch.ttlMs, batch.aliveMs, false]);
+      return this.calls.queryOne<AcquireRow>('take a lock', this.sql.acquire, [batch.key, batch.entry, this.channel, batch.ttlMs, batch.aliveMs, false, Math.ceil(batch.lockDelayMs)]);
     }
     const values = [batch.key, batch.entry, this.channel, batch.mode, batch.limit ?? null, batch.ttlMs, batch.aliveMs, queue];
     return this.calls.queryOne<ModeAcquireRow>(queue ? 'queue for a lock' : 'take a lock', this.modeSql.acquire, values).then((row) => {
@@ -89,6 +90,7 @@ export class PostgresEntryStatements {
             writes.map((batch) => batch.ttlMs),
             writes.map((batch) => batch.aliveMs),
             this.channel,
+            writes.map((batch) => Math.ceil(batch.lockDelayMs)),
           ]),
       others.length === 0
         ? []

@@ -1,3 +1,4 @@
+import { delayOver } from './postgres-delay-schema';
 import type { sqlNames } from './postgres-names';
 
 /**
@@ -110,8 +111,8 @@ BEGIN
   END IF;
   IF held.owner = '' THEN
     PERFORM ${n.settle}(p_name, t);
-  ELSIF held.owner IS NOT NULL AND held.expires_at <= t THEN
-    -- A write holder's lease ended: the next waiter gets the name, or nobody holds it.
+  ELSIF held.owner IS NOT NULL AND ${delayOver('held', 't')} THEN
+    -- A write holder's lease ended (and its lock-delay): the next waiter gets the name, or nobody holds it.
     IF ${n.grantNext}(p_name, t) IS NULL THEN
       DELETE FROM ${n.queue} WHERE name = p_name;
       UPDATE ${n.locks} SET owner = NULL WHERE name = p_name;
@@ -131,7 +132,7 @@ BEGIN
         AND (p_mode = 'read' OR (SELECT count(*) FROM ${n.holders} WHERE name = p_name AND expires_at > t) < p_lim)) THEN
       IF held.owner IS NULL THEN
         DELETE FROM ${n.holders} WHERE name = p_name;
-        UPDATE ${n.locks} SET owner = '', expires_at = t, contended = false WHERE name = p_name;
+        UPDATE ${n.locks} SET owner = '', expires_at = t, contended = false, delay_ms = 0 WHERE name = p_name;
       END IF;
       granted_fence := ${n.hold}(p_name, p_owner, p_mode, p_lim, p_ttl_ms, t);
       left_ms := p_ttl_ms;
@@ -145,7 +146,7 @@ BEGIN
   IF held.owner = '' AND p_mode = 'permit' THEN
     left_ms := ${epochMs(`(SELECT min(expires_at) FROM ${n.holders} WHERE name = p_name AND expires_at > t)`)} - server_ms;
   ELSE
-    left_ms := ${epochMs('held.expires_at')} - server_ms;
+    left_ms := ${epochMs(`held.expires_at + CASE WHEN held.owner <> '' AND held.expires_at <= t THEN ${ms('held.delay_ms')} ELSE interval '0' END`)} - server_ms;
   END IF;
 END $$;
 

@@ -1,3 +1,4 @@
+import { delayDdl, delayOver } from './postgres-delay-schema';
 import { modesDdl } from './postgres-modes-schema';
 import { DEFAULT_NAMES, sqlNames, type PostgresNames } from './postgres-names';
 
@@ -46,7 +47,7 @@ CREATE TABLE IF NOT EXISTS ${n.queue} (
 );
 CREATE INDEX IF NOT EXISTS "${names.table}_queue_by_name" ON ${n.queue} (name, seq);
 CREATE INDEX IF NOT EXISTS "${names.table}_queue_by_owner" ON ${n.queue} (owner);
-
+${delayDdl(n)}
 -- Fencing tokens: a sequence never goes back, not even after a crash and restart.
 CREATE SEQUENCE IF NOT EXISTS ${n.fence};
 
@@ -68,12 +69,12 @@ BEGIN
   IF next_waiter.mode IS NOT NULL THEN
     -- A read or permit entry first (nothing holds): the row stands for shared holders from now on.
     DELETE FROM ${n.holders} WHERE name = p_name;
-    UPDATE ${n.locks} SET owner = '', expires_at = t, contended = true WHERE name = p_name;
+    UPDATE ${n.locks} SET owner = '', expires_at = t, contended = true, delay_ms = 0 WHERE name = p_name;
     PERFORM pg_notify(next_waiter.channel, next_waiter.owner || ' ' || ${n.hold}(p_name, next_waiter.owner, next_waiter.mode, next_waiter.lim, next_waiter.ttl_ms, t) || ' ' || ${epochMs('t')});
     PERFORM ${n.admit}(p_name, t);
     RETURN next_waiter.owner;
   END IF;
-  UPDATE ${n.locks} SET owner = next_waiter.owner, fence = nextval(${n.fenceLiteral}), expires_at = t + ${ms('next_waiter.ttl_ms')}
+  UPDATE ${n.locks} SET owner = next_waiter.owner, fence = nextval(${n.fenceLiteral}), expires_at = t + ${ms('next_waiter.ttl_ms')}, delay_ms = next_waiter.delay_ms
     WHERE name = p_name RETURNING fence INTO granted;
   PERFORM pg_notify(next_waiter.channel, next_waiter.owner || ' ' || granted || ' ' || ${epochMs('t')});
   RETURN next_waiter.owner;
@@ -82,8 +83,9 @@ END $$;
 -- Take the lock if it is free (or its lease ended) and nobody waits; else queue (p_queue) behind the others. Called
 -- again by a waiting process (its safety net), it refreshes the entry, takes a lock its entry was
 -- granted or that expired with nobody ahead, and queues anew an entry that was dropped.
--- granted_fence is NULL while waiting; left_ms is what is left of the holder's lease.
-CREATE OR REPLACE FUNCTION ${n.acquire}(p_name text, p_owner text, p_channel text, p_ttl_ms integer, p_alive_ms integer, p_queue boolean,
+-- granted_fence is NULL while waiting; left_ms is what is left of the holder's lease (and of its
+-- lock-delay once the lease ran out unreleased). p_delay_ms: the entry's lock-delay, 0 for none.
+CREATE OR REPLACE FUNCTION ${n.acquire}(p_name text, p_owner text, p_channel text, p_ttl_ms integer, p_alive_ms integer, p_queue boolean, p_delay_ms integer,
   OUT granted_fence bigint, OUT left_ms double precision, OUT server_ms double precision)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -94,7 +96,7 @@ BEGIN
   -- row, and a release frees the row only when nobody waits, so owner NULL says nobody does; the
   -- row's own column is checked again after any wait for its lock.)
   t := clock_timestamp();
-  UPDATE ${n.locks} SET owner = p_owner, fence = nextval(${n.fenceLiteral}), expires_at = t + ${ms('p_ttl_ms')}
+  UPDATE ${n.locks} SET owner = p_owner, fence = nextval(${n.fenceLiteral}), expires_at = t + ${ms('p_ttl_ms')}, delay_ms = p_delay_ms
     WHERE name = p_name AND owner IS NULL RETURNING fence INTO granted_fence;
   IF FOUND THEN
     left_ms := p_ttl_ms;
@@ -105,7 +107,7 @@ BEGIN
     SELECT * INTO held FROM ${n.locks} WHERE name = p_name FOR UPDATE;
     EXIT WHEN FOUND;
     t := clock_timestamp();
-    INSERT INTO ${n.locks} (name, owner, fence, expires_at) VALUES (p_name, p_owner, nextval(${n.fenceLiteral}), t + ${ms('p_ttl_ms')})
+    INSERT INTO ${n.locks} (name, owner, fence, expires_at, delay_ms) VALUES (p_name, p_owner, nextval(${n.fenceLiteral}), t + ${ms('p_ttl_ms')}, p_delay_ms)
       ON CONFLICT (name) DO NOTHING RETURNING fence INTO granted_fence;
     IF FOUND THEN
       left_ms := p_ttl_ms;
@@ -115,23 +117,23 @@ BEGIN
   END LOOP;
   t := clock_timestamp();
   server_ms := ${epochMs('t')};
-  IF held.owner IS NULL OR held.expires_at <= t THEN
+  IF held.owner IS NULL OR ${delayOver('held', 't')} THEN
     IF ${n.grantNext}(p_name, t) IS NULL THEN
       DELETE FROM ${n.queue} WHERE name = p_name;
-      UPDATE ${n.locks} SET owner = p_owner, fence = nextval(${n.fenceLiteral}), expires_at = t + ${ms('p_ttl_ms')}, contended = false
+      UPDATE ${n.locks} SET owner = p_owner, fence = nextval(${n.fenceLiteral}), expires_at = t + ${ms('p_ttl_ms')}, contended = false, delay_ms = p_delay_ms
         WHERE name = p_name RETURNING * INTO held;
     ELSE
       SELECT * INTO held FROM ${n.locks} WHERE name = p_name;
     END IF;
   END IF;
-  left_ms := ${epochMs('held.expires_at')} - server_ms;
+  left_ms := ${epochMs(`held.expires_at + CASE WHEN held.expires_at <= t THEN ${ms('held.delay_ms')} ELSE interval '0' END`)} - server_ms;
   IF held.owner = p_owner THEN
     granted_fence := held.fence;
     RETURN;
   END IF;
   UPDATE ${n.queue} SET alive_until = t + ${ms('p_alive_ms')} WHERE owner = p_owner AND name = p_name;
   IF NOT FOUND AND p_queue THEN
-    INSERT INTO ${n.queue} (name, owner, channel, ttl_ms, alive_until) VALUES (p_name, p_owner, p_channel, p_ttl_ms, t + ${ms('p_alive_ms')});
+    INSERT INTO ${n.queue} (name, owner, channel, ttl_ms, alive_until, delay_ms) VALUES (p_name, p_owner, p_channel, p_ttl_ms, t + ${ms('p_alive_ms')}, p_delay_ms);
     -- The release's single UPDATE (which reads only this row) must now leave the hand-off to the function.
     UPDATE ${n.locks} SET contended = true WHERE name = p_name AND NOT contended;
   END IF;
@@ -149,7 +151,8 @@ DECLARE
   current_owner text;
   handed_to text;
 BEGIN
-  SELECT owner INTO current_owner FROM ${n.locks} WHERE name = p_name FOR UPDATE;
+  -- A lease that ran out with a lock-delay is its holder's no longer: the delay runs its course.
+  SELECT CASE WHEN delay_ms > 0 AND expires_at <= clock_timestamp() THEN NULL ELSE owner END INTO current_owner FROM ${n.locks} WHERE name = p_name FOR UPDATE;
   IF current_owner IS DISTINCT FROM p_owner THEN
     DELETE FROM ${n.queue} WHERE owner = p_owner AND name = p_name;
     -- A writer that leaves from behind shared holders may have held back the entries behind it.

@@ -31,33 +31,33 @@ export function statements(names: PostgresNames) {
   const n = sqlNames(names);
   return {
     /**
-     * $1 name, $2 entry, $3 channel, $4 ttl ms, $5 alive ms, $6 queue when busy. A free name's row
+     * $1 name, $2 entry, $3 channel, $4 ttl ms, $5 alive ms, $6 queue when busy, $7 lock-delay ms (0: none). A free name's row
      * is taken by a plain UPDATE (the common case, and cheaper than the function); otherwise, in
      * the same statement, the function takes or queues. The UPDATE reads only the row's own
      * columns, which PostgreSQL checks again after waiting for the row's lock.
      */
     acquire:
-      `WITH ${DURABLE_CTE}, fast AS (UPDATE ${n.locks} SET owner = $2::text, fence = nextval(${n.fenceLiteral}), expires_at = clock_timestamp() + $4::integer * interval '1 millisecond' ` +
+      `WITH ${DURABLE_CTE}, fast AS (UPDATE ${n.locks} SET owner = $2::text, fence = nextval(${n.fenceLiteral}), expires_at = clock_timestamp() + $4::integer * interval '1 millisecond', delay_ms = $7::integer ` +
       `WHERE name = $1::text AND owner IS NULL AND ${DURABLE_CHECK} RETURNING fence, expires_at) ` +
       `SELECT fence::text AS granted_fence, $4::integer::float8 AS left_ms, extract(epoch from expires_at) * 1000 - $4::integer AS server_ms FROM fast ` +
-      `UNION ALL SELECT a.granted_fence::text, a.left_ms, a.server_ms FROM ${n.acquire}($1::text, $2::text, $3::text, $4::integer, $5::integer, $6::boolean) a ` +
+      `UNION ALL SELECT a.granted_fence::text, a.left_ms, a.server_ms FROM ${n.acquire}($1::text, $2::text, $3::text, $4::integer, $5::integer, $6::boolean, $7::integer) a ` +
       `WHERE NOT EXISTS (SELECT FROM fast)`,
     /**
      * The safety net for every waiting entry of the process at once: $1 names, $2 entries, $3 ttls,
-     * $4 alive ms (arrays, sorted by name so that two processes lock rows in one order), $5 channel.
+     * $4 alive ms (arrays, sorted by name so that two processes lock rows in one order), $5 channel, $6 lock-delays.
      */
     check:
       `WITH ${DURABLE_CTE} SELECT e.owner, a.granted_fence::text, a.left_ms, a.server_ms ` +
-      `FROM unnest($1::text[], $2::text[], $3::int[], $4::int[]) WITH ORDINALITY AS e(name, owner, ttl_ms, alive_ms, i) ` +
-      `CROSS JOIN LATERAL ${n.acquire}(e.name, e.owner, $5, e.ttl_ms, e.alive_ms, true) a WHERE ${DURABLE_CHECK} ORDER BY e.i`,
+      `FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $6::int[]) WITH ORDINALITY AS e(name, owner, ttl_ms, alive_ms, delay_ms, i) ` +
+      `CROSS JOIN LATERAL ${n.acquire}(e.name, e.owner, $5, e.ttl_ms, e.alive_ms, true, e.delay_ms) a WHERE ${DURABLE_CHECK} ORDER BY e.i`,
     /**
      * Queues many entries at once (acquire with p_queue for each row): $1 names, $2 entries, $3
-     * ttls, $4 alive ms (arrays, sorted by name like check's), $5 channel.
+     * ttls, $4 alive ms (arrays, sorted by name like check's), $5 channel, $6 lock-delays.
      */
     queueMany:
       `WITH ${DURABLE_CTE} SELECT a.granted_fence::text, a.left_ms, a.server_ms ` +
-      `FROM unnest($1::text[], $2::text[], $3::int[], $4::int[]) WITH ORDINALITY AS e(name, owner, ttl_ms, alive_ms, i) ` +
-      `CROSS JOIN LATERAL ${n.acquire}(e.name, e.owner, $5, e.ttl_ms, e.alive_ms, true) a WHERE ${DURABLE_CHECK} ORDER BY e.i`,
+      `FROM unnest($1::text[], $2::text[], $3::int[], $4::int[], $6::int[]) WITH ORDINALITY AS e(name, owner, ttl_ms, alive_ms, delay_ms, i) ` +
+      `CROSS JOIN LATERAL ${n.acquire}(e.name, e.owner, $5, e.ttl_ms, e.alive_ms, true, e.delay_ms) a WHERE ${DURABLE_CHECK} ORDER BY e.i`,
     /**
      * $1 name, $2 entry: frees the name when nobody queued for it (a plain UPDATE of its row:
      * `contended` is set in the same transaction as any queuing, under the row's lock, so the
@@ -65,7 +65,9 @@ export function statements(names: PostgresNames) {
      * otherwise the function hands the lock on, or takes a waiter's entry out of the queue.
      */
     release:
-      `WITH ${DURABLE_CTE}, fast AS (UPDATE ${n.locks} SET owner = NULL, expires_at = clock_timestamp() WHERE name = $1::text AND owner = $2::text AND NOT contended AND ${DURABLE_CHECK} RETURNING 1) ` +
+      `WITH ${DURABLE_CTE}, fast AS (UPDATE ${n.locks} SET owner = NULL, expires_at = clock_timestamp() WHERE name = $1::text AND owner = $2::text AND NOT contended ` +
+      // A lease that ran out with a lock-delay is the releaser's no longer: the delay runs its course.
+      `AND (delay_ms = 0 OR expires_at > clock_timestamp()) AND ${DURABLE_CHECK} RETURNING 1) ` +
       `SELECT NULL::text AS handed_to FROM fast UNION ALL SELECT ${n.release}($1::text, $2::text) WHERE NOT EXISTS (SELECT FROM fast)`,
     /** Hands each entry's lock on, or takes the entry out of the queue: $1 names, $2 entries (arrays, sorted by name). */
     releaseMany:

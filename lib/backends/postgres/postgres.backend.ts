@@ -4,7 +4,8 @@ import type { ClientConfig, Pool, PoolConfig } from 'pg';
 import { LockBackendError, LockConfigError } from '../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
-import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
+import type { AcquireRequest, EntryMode, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
+import { exclusiveLockDelayOnly } from '../lock-delay-refusals';
 import { loadPeer } from '../load-peer';
 import { LocalQueueBackend } from '../../queue/local-queue-backend';
 import { ServerClock } from '../server-clock';
@@ -39,6 +40,11 @@ const CREATE_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('nest-distribu
 export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implements LockBackend {
   readonly name = 'postgres';
   readonly modes = ['write', 'read', 'permit'] as const;
+  /** The name's row keeps its holder's delay_ms, and grants wait for expires_at + delay_ms (postgres-delay-schema.ts). */
+  readonly lockDelay = true;
+  lockDelayRefusal(mode: EntryMode): string | undefined {
+    return exclusiveLockDelayOnly('postgres', mode);
+  }
   readonly maxKeyBytes = 1024;
   readonly address: string;
   /** Names this process's channel and entries: 72 random bits. */
@@ -134,6 +140,7 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     const batch = new PostgresBatch(request.key, `~t${(trySeq++).toString(36)}`, this.clientId);
     batch.mode = request.mode ?? 'write';
     batch.limit = request.limit;
+    batch.lockDelayMs = request.lockDelayMs ?? 0;
     batch.ttlMs = Math.ceil(request.ttlMs);
     const sentAt = performance.now();
     let row: AcquireRow;

@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { SameTickBatches } from '../same-tick-batches';
 import type { Answered, RedisConnections } from './redis-connection';
+import { leaseField } from './redis-delay-lua';
 import { lockKeys, type LockKeys } from './redis-keys';
 import { acquireScript, cancelScript, checkScript, releaseScript, renewManyScript, renewScript, type AcquireReply } from './redis-lock-scripts';
 import { modeAcquireScript, modeCancelScript, modeCheckScript, modeReleaseScript, modeRenewScript, type ModeAcquireReply } from './redis-mode-scripts';
@@ -28,6 +29,8 @@ export const ownerValue = (fence: bigint | string | number, owner: string) => `$
 export interface QueueEntry {
   readonly owner: string;
   readonly ttlMs: number;
+  /** 0: none. See redis-delay-lua.ts. */
+  readonly lockDelayMs: number;
 }
 
 /** A waiting read or permit entry, with its mode as the scripts take it ('r' or 'p<limit>'). */
@@ -65,13 +68,14 @@ export class RedisCommands {
   }
 
   /** The acquire script without queueing (see AcquireReply). */
-  tryAcquire(key: string, owner: string, ttlMs: number): Promise<AcquireReply> {
-    return this.run(acquireScript, 'try to acquire', key, [owner, ttlMs], this.grantingKeys(key));
+  tryAcquire(key: string, owner: string, ttlMs: number, lockDelayMs = 0): Promise<AcquireReply> {
+    return this.run(acquireScript, 'try to acquire', key, [owner, leaseField(ttlMs, lockDelayMs)], this.grantingKeys(key));
   }
 
   /** The acquire script for an entry that may queue, its answer handed to `answered`. */
-  acquire(key: string, owner: string, ttlMs: number, staleAfterMs: number, answered: Answered<AcquireReply>): void {
-    this.connections.runCallTo(acquireScript.call(this.grantingKeys(key), [owner, ttlMs, `${staleAfterMs} ${this.clientId}`]), 'acquire', key, answered);
+  acquire(key: string, owner: string, ttlMs: number, lockDelayMs: number, staleAfterMs: number, answered: Answered<AcquireReply>): void {
+    const args = [owner, leaseField(ttlMs, lockDelayMs), `${staleAfterMs} ${this.clientId}`];
+    this.connections.runCallTo(acquireScript.call(this.grantingKeys(key), args), 'acquire', key, answered);
   }
 
   /**
@@ -79,7 +83,9 @@ export class RedisCommands {
    * A lease's periodic renewal (`verb` 'renew') may share a script call with others due in the
    * same tick; a hand-over's waits on nobody.
    */
-  renew(key: string, value: string, ttlMs: number, verb = 'renew'): Promise<0 | 1> {
+  renew(key: string, value: string, ttlMs: number, verb = 'renew', lockDelayMs = 0): Promise<0 | 1> {
+    // A lease with a lock-delay renews its delay key too: a script of its own (see renewScript).
+    if (lockDelayMs > 0) return this.run(renewScript, verb, key, [value, ttlMs, Math.ceil(lockDelayMs)], [this.keysOf(key).owner]);
     if (verb === 'renew' && this.renewals) return this.renewals.add({ key, value, ttlMs });
     return this.renewOne(key, value, ttlMs, verb);
   }
@@ -102,10 +108,10 @@ export class RedisCommands {
 
   /**
    * One round trip, owner-checked against `value` ('<fence> <owner>'); the reply (0: not ours)
-   * changes nothing for the caller.
+   * changes nothing for the caller. `mayDelay`: the holder may have a lock-delay key to delete.
    */
-  release(key: string, value: string): Promise<void> {
-    return this.run(releaseScript, 'release', key, [value]) as Promise<unknown> as Promise<void>;
+  release(key: string, value: string, mayDelay = false): Promise<void> {
+    return this.run(releaseScript, 'release', key, mayDelay ? [value, 1] : [value]) as Promise<unknown> as Promise<void>;
   }
 
   /** Leaves the queue (handing on a grant that raced); `quiet` after a failure, when the server may well be down. */
@@ -115,7 +121,7 @@ export class RedisCommands {
 
   check(key: string, staleAfterMs: number, entries: Iterable<QueueEntry>) {
     const args: (string | number)[] = [this.clientId, staleAfterMs];
-    for (const entry of entries) args.push(entry.owner, entry.ttlMs);
+    for (const entry of entries) args.push(entry.owner, leaseField(entry.ttlMs, entry.lockDelayMs));
     return this.run(checkScript, 'check the queue of', key, args, this.grantingKeys(key));
   }
 

@@ -1,4 +1,5 @@
 import { fenceEpochLua } from './fence-epoch-lua';
+import { DELAY_KEY_LUA, DELAY_LUA } from './redis-delay-lua';
 import { MODE_LUA, SHARED_VALUE } from './redis-mode-lua';
 import { RedisScript } from './redis-script';
 import { lifeCheckLua, type LifeReply } from './server-life-scripts';
@@ -44,7 +45,7 @@ end
 /** What handing the lock on needs, after QUEUING. */
 const HANDING = `
 local CHANNEL_PREFIX = '${GRANT_CHANNEL_PREFIX}'
-
+${DELAY_LUA}
 -- The lock name, as the grant message gives it: the hash tag of the keys (see redis-keys.ts),
 -- percent-decoded. Read from the keys, so that no call pays an argument for what only a hand-off needs.
 local function raw_key()
@@ -54,7 +55,7 @@ end
 
 -- A write waiter's entry in the waiters hash: '<ttlMs> <clientId> <fence>' (other modes add theirs: no match).
 local function parse_entry(entry)
-  return string.match(entry, '^(%d+) (%S+) (%d+)$')
+  return string.match(entry, '^(%d+d?%d*) (%S+) (%d+)$')
 end
 
 local function split(value)
@@ -69,7 +70,9 @@ local function next_fence()
 end
 
 local function own(owner, ttl, fence)
-  redis.call('set', KEYS[1], fence .. ' ' .. owner, 'px', ttl)
+  local lease, delay = lease_of(ttl)
+  redis.call('set', KEYS[1], fence .. ' ' .. owner, 'px', lease)
+  if delay then redis.call('set', DELAY, fence .. ' ' .. owner, 'px', lease + delay) end
 end
 
 -- A free key taken at once: a new fence.
@@ -85,6 +88,8 @@ end
 -- that gave up (no longer in the waiters hash) and of dead processes (alive deadline passed)
 -- are skipped, never waited for.
 local function hand_off()
+  -- A lease that ran out unreleased holds the name for its lock-delay (a release deletes DELAY first).
+  if redis.call('exists', DELAY) == 1 then return end
   local now
   while true do
     local owner = redis.call('lpop', KEYS[3])
@@ -161,12 +166,16 @@ export type AcquireReply = number | [0, number] | QueuedReply | LifeReply;
  */
 export const acquireScript = new RedisScript<AcquireReply>(
   'acquire',
-  `${lifeCheckLua(6, 'ARGV[2]')}
+  `${lifeCheckLua(6, "string.match(ARGV[2], '^%d+')")}
 -- The fence first: the lock's if the key is free, this caller's place in the queue otherwise.
 local fence = redis.call('incr', KEYS[2])
 ${fenceEpochLua('fence', 'KEYS[2]')}
 local fence_text = string.format('%d', fence)
-local taken = redis.call('set', KEYS[1], fence_text .. ' ' .. ARGV[1], 'nx', 'px', ARGV[2])
+-- A lease that ran out unreleased less than its lock-delay ago holds the key (redis-delay-lua.ts).
+local delay_key = ${DELAY_KEY_LUA}
+local lease, delay = string.match(ARGV[2], '^(%d+)d(%d+)$')
+local taken = redis.call('exists', delay_key) == 0 and redis.call('set', KEYS[1], fence_text .. ' ' .. ARGV[1], 'nx', 'px', lease or ARGV[2])
+if taken and delay then redis.call('set', delay_key, fence_text .. ' ' .. ARGV[1], 'px', lease + delay) end
 -- The common case, before any function is made: a free key, nobody queued.
 if taken and redis.call('llen', KEYS[3]) == 0 then return fence end
 if taken then
@@ -175,20 +184,27 @@ ${COMMON}
     if take_after_expiry(ARGV[1], ARGV[2], fence_text) then return fence end
   end
 end
-if not ARGV[3] then return {0, redis.call('pttl', KEYS[1])} end
+local pttl = redis.call('pttl', KEYS[1])
+if pttl < 0 then pttl = redis.call('pttl', delay_key) end
+if not ARGV[3] then return {0, pttl} end
 ${QUEUING}
 local stale_after, client = string.match(ARGV[3], '^(%d+) (%S+)$')
 local now = now_ms()
 enqueue(ARGV[1], ARGV[2], client, fence_text)
 mark_alive(client, tonumber(stale_after), now)
-return {0, redis.call('pttl', KEYS[1]), fence_text, now}
+return {0, pttl, fence_text, now}
 `,
 );
 
-/** ARGV: '<fence> <owner>'. Reply: 1 released (and handed on), 0 not ours. */
+/**
+ * ARGV: '<fence> <owner>', and '1' when the holder may have a lock-delay key (its entry asked for
+ * one, or nobody knows: an unwanted grant handed on). Reply: 1 released (and handed on), 0 not ours.
+ */
 export const releaseScript = new RedisScript<0 | 1>(
   'release',
   `if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+-- A release ends the holder's lock-delay too.
+if ARGV[2] then redis.call('del', ${DELAY_KEY_LUA}) end
 -- Nobody queued (the common case): free the key, before the functions below are made.
 if redis.call('llen', KEYS[3]) == 0 then
   redis.call('del', KEYS[1])
@@ -200,11 +216,12 @@ return 1
 `,
 );
 
-/** KEYS: owner only. ARGV: '<fence> <owner>', ttlMs. Reply: 1 extended, 0 not ours. */
+/** KEYS: owner only. ARGV: '<fence> <owner>', ttlMs, and the holder's lockDelayMs if it has one. Reply: 1 extended, 0 not ours. */
 export const renewScript = new RedisScript<0 | 1>(
   'renew',
   `if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('pexpire', KEYS[1], ARGV[2])
+if ARGV[3] then redis.call('pexpire', ${DELAY_KEY_LUA}, ARGV[2] + ARGV[3]) end
 return 1
 `,
 );
@@ -242,6 +259,7 @@ local value = redis.call('get', KEYS[1])
 if value then
   local _, owner = split(value)
   if owner == ARGV[1] then
+    redis.call('del', DELAY)
     hand_off()
     return 1
   end
@@ -280,7 +298,7 @@ for i = 3, #ARGV, 2 do
     granted[#granted + 1] = owner
     granted[#granted + 1] = holder_fence
   elseif redis.call('hexists', KEYS[4], owner) == 0 then
-    if holder then
+    if holder or delayed() then
       enqueue(owner, ttl, ARGV[1], next_fence())
       requeued[#requeued + 1] = owner
     else
@@ -290,6 +308,6 @@ for i = 3, #ARGV, 2 do
     end
   end
 end
-return {redis.call('pttl', KEYS[1]), granted, requeued, now}
+return {blocked_pttl(), granted, requeued, now}
 `,
 );

@@ -20,12 +20,14 @@ local GRANTS = string.sub(KEYS[1], 1, -6) .. 'grants'
 local SHARED = '${SHARED_VALUE}'
 
 local function parse_any(entry)
-  return string.match(entry, '^(%d+) (%S+) (%d+) ?(%S*)$')
+  return string.match(entry, '^(%d+d?%d*) (%S+) (%d+) ?(%S*)$')
 end
 
+-- A writer holds, or its lease ran out unreleased less than its lock-delay ago (redis-delay-lua.ts).
 local function writer_holds()
   local value = redis.call('get', KEYS[1])
-  return value ~= false and value ~= SHARED
+  if value == false then return redis.call('exists', DELAY) == 1 end
+  return value ~= SHARED
 end
 
 -- Drops the holders whose lease ran out by now; returns how many still hold.

@@ -16,7 +16,7 @@ const MODES = COMMON + MODE_LUA;
 /** When the answer may change without a release: the earliest lease end of whoever holds, or -1. */
 const NEXT_CHANGE = `
 local function next_change(now)
-  if writer_holds() then return redis.call('pttl', KEYS[1]) end
+  if writer_holds() then return blocked_pttl() end
   local first = redis.call('zrange', HOLDERS, 0, 0, 'withscores')
   if #first == 0 then return -1 end
   return tonumber(first[2]) - now
@@ -206,6 +206,8 @@ export const forceReleaseScript = new RedisScript<0 | 1>(
 local value = redis.call('get', KEYS[1])
 if not value then return 0 end
 if value ~= SHARED then
+  -- An operator's release, as the holder's own: its lock-delay ends with it.
+  redis.call('del', DELAY)
   hand_off()
   return 1
 end

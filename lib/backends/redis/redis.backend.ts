@@ -1,9 +1,10 @@
 import { Logger } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import { LockBackendError } from '../../errors';
+import { exclusiveLockDelayOnly } from '../lock-delay-refusals';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
-import type { AcquireRequest, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
+import type { AcquireRequest, EntryMode, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import { LocalQueueBackend } from '../../queue/local-queue-backend';
 import { RedisBatch } from './redis-batch';
 import { BatchLeases, isLate } from './redis-batch-leases';
@@ -43,6 +44,11 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
    */
   readonly modes = ['write', 'read', 'permit'] as const;
   readonly address: string;
+  /** Enforced by the scripts with a delay key beside the owner key (redis-delay-lua.ts), for the exclusive lock. */
+  readonly lockDelay = true;
+  lockDelayRefusal(mode: EntryMode): string | undefined {
+    return exclusiveLockDelayOnly('redis', mode);
+  }
   /** Every command is bounded by serverTimeoutMs (RedisConnections), the release script's too. */
   readonly boundedRelease = true;
   /** 96 random bits, short: it names the grant channel and every entry of this process. */
@@ -125,13 +131,13 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     let reply: AcquireReply | ModeAcquireReply;
     let requestedAt: number | undefined;
     try {
-      reply = write ? await this.commands.tryAcquire(key, owner, ttl) : await this.commands.acquireMode(key, owner, ttl, scriptMode(request));
+      reply = write ? await this.commands.tryAcquire(key, owner, ttl, request.lockDelayMs) : await this.commands.acquireMode(key, owner, ttl, scriptMode(request));
       const life = lifeReply(reply);
       // A first boot's marker written, the try goes again (once); a quarantined server grants nothing.
       if (life) return (await this.life.after(life)) === 0 && !afterLife ? this.tryTake(request, true) : null;
       this.life.answered();
       // The reply came so late (a paused process) that the lease may be nearly over: ask first.
-      if (typeof reply === 'number') requestedAt = isLate(sentAt, ttl) ? await this.confirmGrant(key, owner, reply, ttl, write) : sentAt;
+      if (typeof reply === 'number') requestedAt = isLate(sentAt, ttl) ? await this.confirmGrant(key, owner, reply, ttl, write, request.lockDelayMs ?? 0) : sentAt;
     } catch (error) {
       // The script may still run (a paused server wakes up): the cancel, sent after it, gives back what it took.
       void this.cancelEntry(key, owner, write, true);
@@ -250,7 +256,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
 
   /** The release script of the entry's mode. */
   private releaseEntry(batch: RedisBatch): Promise<void> {
-    return batch.mode === 'write' ? this.commands.release(batch.key, batch.ownerValue) : this.commands.releaseMode(batch.key, batch.ownerValue);
+    return batch.mode === 'write' ? this.commands.release(batch.key, batch.ownerValue, batch.lockDelayMs > 0) : this.commands.releaseMode(batch.key, batch.ownerValue);
   }
 
   /** The cancel script of the entry's mode; `quiet` after a failure, when the server may well be down. */
@@ -260,7 +266,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
 
   /** The renew script of the entry's mode: 1 renewed, 0 no longer ours. */
   private renewEntry(batch: RedisBatch, ttlMs: number, verb: string): Promise<0 | 1> {
-    return batch.mode === 'write' ? this.commands.renew(batch.key, batch.ownerValue, ttlMs, verb) : this.commands.renewMode(batch.key, batch.ownerValue, ttlMs, verb);
+    return batch.mode === 'write' ? this.commands.renew(batch.key, batch.ownerValue, ttlMs, verb, batch.lockDelayMs) : this.commands.renewMode(batch.key, batch.ownerValue, ttlMs, verb);
   }
 
   /**
@@ -286,7 +292,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
       );
       return;
     }
-    this.commands.acquire(batch.key, batch.owner, batch.ttlMs, staleAfterMs, (error, reply) => {
+    this.commands.acquire(batch.key, batch.owner, batch.ttlMs, batch.lockDelayMs, staleAfterMs, (error, reply) => {
       if (error) this.acquireFailed(batch, error);
       else this.onQueued(batch, reply!, sentAt);
     });
@@ -372,7 +378,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     if (batch.confirming) return;
     if (!isLate(requestedAt, batch.ttlMs)) return this.granted(batch, fence, requestedAt);
     batch.confirming = true;
-    void this.confirmGrant(batch.key, batch.owner, fence, batch.ttlMs, batch.mode === 'write').then(
+    void this.confirmGrant(batch.key, batch.owner, fence, batch.ttlMs, batch.mode === 'write', batch.lockDelayMs).then(
       (confirmedAt) => {
         batch.confirming = false;
         // Withdrawn meanwhile: its cancel, sent after the renewal, hands the lock on.
@@ -403,11 +409,11 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
    * An owner-checked renewal of a grant that came late: resolves with when it was sent (the
    * lease counts from then), or undefined when the lease is no longer ours.
    */
-  private async confirmGrant(key: string, owner: string, fence: string | number, ttlMs: number, write: boolean): Promise<number | undefined> {
+  private async confirmGrant(key: string, owner: string, fence: string | number, ttlMs: number, write: boolean, lockDelayMs: number): Promise<number | undefined> {
     const sentAt = performance.now();
     const value = ownerValue(fence, owner);
     const verb = 'confirm a late grant of';
-    const renewed = await (write ? this.commands.renew(key, value, ttlMs, verb) : this.commands.renewMode(key, value, ttlMs, verb));
+    const renewed = await (write ? this.commands.renew(key, value, ttlMs, verb, lockDelayMs) : this.commands.renewMode(key, value, ttlMs, verb));
     return renewed === 1 ? sentAt : undefined;
   }
 
@@ -416,7 +422,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
    * is given back by the cancel sent when it stopped waiting; this release then changes nothing.
    */
   private handOn(key: string, owner: string, fence: string): void {
-    this.commands.release(key, ownerValue(fence, owner)).catch((error) =>
+    this.commands.release(key, ownerValue(fence, owner), true).catch((error) =>
       logger.warn(`Handing on an unwanted grant of "${key}" failed; it expires with its lease: ${error.message}`),
     );
   }

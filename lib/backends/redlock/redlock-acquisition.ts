@@ -79,7 +79,7 @@ export class RedlockAcquisition {
     const startedAt = performance.now();
     const listed = this.votedBefore;
     this.votedBefore = true;
-    this.votes.voteTo(key, id, ttlMs, this.waiterId, this.timing.staleAfterMs, this.arrivedAt, listed, (vote) => this.counted(vote, startedAt));
+    this.votes.voteTo(key, id, ttlMs, this.waiterId, this.timing.staleAfterMs, this.arrivedAt, listed, (vote) => this.counted(vote, startedAt), this.batch.lockDelayMs);
   }
 
   /** The outcome of a vote that began at `startedAt`. */

@@ -23,6 +23,8 @@ const forceReleaseScript = new RedisScript<0 | 1>(
   `${NOW}
 ${WAKE}
 if redis.call('DEL', KEYS[1]) == 0 then return 0 end
+-- An operator's release, as the holder's own: its lock-delay key (redlock-scripts.ts) goes too.
+redis.call('DEL', KEYS[1] .. '~delay')
 wake('')
 return 1`,
 );

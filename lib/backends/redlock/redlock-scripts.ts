@@ -14,6 +14,15 @@ export function redlockKeys(key: string): string[] {
   return [key, `${key}~fence`, `${key}~waiters`, `${key}~waiter-stale`, LIFE_KEY];
 }
 
+/**
+ * Lock-delay on each master: a holder that asked for one keeps `<key>~delay` beside its lock key,
+ * set to PX ttl + lockDelayMs with each grant and renewal and deleted by its release, so in the
+ * master's own clock it outlives the lock key by the delay after a lease that ran out unreleased;
+ * the acquire script grants nothing while it exists. A vote carries the entry's lease as '<ttl>'
+ * or '<ttl>d<lockDelayMs>' (ARGV[2]).
+ */
+const DELAY_KEY = `KEYS[1] .. '~delay'`;
+
 /** The server's time in ms, read only where needed: a lock taken and freed with nobody waiting costs the fewest calls. */
 export const NOW = `local function now()
   local clock = redis.call('TIME')
@@ -58,13 +67,18 @@ export type MasterVote = number | [0, number, number] | LifeReply;
  */
 export const acquireScript = new RedisScript<MasterVote>(
   'redlock-acquire',
-  `${lifeCheckLua(5, 'ARGV[2]')}
-local won = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+  `${lifeCheckLua(5, "string.match(ARGV[2], '^%d+')")}
+-- A lease that ran out unreleased less than its lock-delay ago holds the name here (see DELAY_KEY).
+local delay_key = ${DELAY_KEY}
+local ttl, delay = string.match(ARGV[2], '^(%d+)d(%d+)$')
+ttl = ttl or ARGV[2]
+local won = redis.call('EXISTS', delay_key) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ttl)
 if not won and redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ttl)
   won = true
 end
 if won then
+  if delay then redis.call('SET', delay_key, ARGV[1], 'PX', ttl + delay) end
   local fence = redis.call('INCR', KEYS[2])
   ${fenceEpochLua('fence', 'KEYS[2]')}
   -- 49: '1', a waiter that may be listed here.
@@ -83,7 +97,9 @@ if ARGV[3] then
   redis.call('PEXPIRE', KEYS[3], stale_after * 2)
   redis.call('PEXPIRE', KEYS[4], stale_after * 2)
 end
-return {0, tonumber(redis.call('GET', KEYS[2]) or '0'), redis.call('PTTL', KEYS[1])}`,
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl < 0 then pttl = redis.call('PTTL', delay_key) end
+return {0, tonumber(redis.call('GET', KEYS[2]) or '0'), pttl}`,
 );
 
 /**
@@ -97,11 +113,12 @@ if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then redis.ca
 return 1`,
 );
 
-/** ARGV: entry id, ttl ms. 1 when the entry still held the lock here and its expiry moved. */
+/** ARGV: entry id, ttl ms, and the entry's lockDelayMs if it has one. 1 when the entry still held the lock here and its expiry moved. */
 export const renewScript = new RedisScript<0 | 1>(
   'redlock-renew',
   `if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if ARGV[3] then redis.call('PEXPIRE', ${DELAY_KEY}, ARGV[2] + ARGV[3]) end
 return 1`,
 );
 
@@ -116,7 +133,8 @@ export const releaseScript = new RedisScript<0 | 1>(
   'redlock-release',
   `if ARGV[2] and ARGV[2] ~= '' and tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
+-- A release ends the holder's lock-delay too (a no-op when it has none).
+redis.call('DEL', KEYS[1], ${DELAY_KEY})
 -- Nobody waits (the common case): done before the functions below are made, which Lua does on every run.
 if redis.call('EXISTS', KEYS[3]) == 0 then return 1 end
 ${NOW}

@@ -1,3 +1,4 @@
+import { leaseField } from '../redis/redis-delay-lua';
 import { LockServerUnreachableError } from '../../errors';
 import type { Answer, RedlockMasters } from './redlock-masters';
 import { VoteSlots } from './vote-slots';
@@ -49,8 +50,8 @@ export class RedlockVotes {
   ) {}
 
   /** As voteTo, resolving with the vote. */
-  vote(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number, arrivedAt = 0, listed = false): Promise<Vote> {
-    return new Promise((resolve) => this.voteTo(key, entry, ttlMs, waiter, staleAfterMs, arrivedAt, listed, resolve));
+  vote(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number, arrivedAt = 0, listed = false, lockDelayMs = 0): Promise<Vote> {
+    return new Promise((resolve) => this.voteTo(key, entry, ttlMs, waiter, staleAfterMs, arrivedAt, listed, resolve, lockDelayMs));
   }
 
   /**
@@ -58,9 +59,10 @@ export class RedlockVotes {
    * to `done`. `waiter`: this process's waiter id, to join the waiters of masters that refuse
    * ('' for a try-lock), in the order of `arrivedAt` (Date.now() of the entry's first vote).
    * `listed`: the waiter voted before, so masters may list it among their waiters; a won vote
-   * then takes it off. A callback, not a promise, as RedlockMasters.roundTo.
+   * then takes it off. A callback, not a promise, as RedlockMasters.roundTo. `lockDelayMs`: the
+   * entry's lock-delay, 0 for none (see redlock-scripts.ts).
    */
-  voteTo(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number, arrivedAt: number, listed: boolean, done: (vote: Vote) => void): void {
+  voteTo(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number, arrivedAt: number, listed: boolean, done: (vote: Vote) => void, lockDelayMs = 0): void {
     const slot = this.slots.take();
     const voteIn = (giveBack: () => void) => {
       const counted = (vote: Vote) => {
@@ -69,18 +71,19 @@ export class RedlockVotes {
       };
       const connecting = this.masters.ready();
       // A first vote waits for a majority to connect: it must not spend its request timeout on that.
-      if (connecting) void connecting.then(() => this.voteNow(key, entry, ttlMs, waiter, staleAfterMs, arrivedAt, listed, counted));
-      else this.voteNow(key, entry, ttlMs, waiter, staleAfterMs, arrivedAt, listed, counted);
+      const lease = leaseField(ttlMs, lockDelayMs);
+      if (connecting) void connecting.then(() => this.voteNow(key, entry, ttlMs, lease, waiter, staleAfterMs, arrivedAt, listed, counted));
+      else this.voteNow(key, entry, ttlMs, lease, waiter, staleAfterMs, arrivedAt, listed, counted);
     };
     // A free slot (the common case) votes at once.
     if (typeof slot === 'function') voteIn(slot);
     else void slot.then(voteIn);
   }
 
-  private voteNow(key: string, entry: string, ttlMs: number, waiter: string, staleAfterMs: number, arrivedAt: number, listed: boolean, done: (vote: Vote) => void): void {
+  private voteNow(key: string, entry: string, ttlMs: number, lease: string | number, waiter: string, staleAfterMs: number, arrivedAt: number, listed: boolean, done: (vote: Vote) => void): void {
     const { quorum, count } = this.masters;
     const sentAt = performance.now();
-    const args = waiter ? [entry, ttlMs, `${listed ? 1 : 0} ${waiter} ${Math.ceil(staleAfterMs)} ${arrivedAt}`] : [entry, ttlMs];
+    const args = waiter ? [entry, lease, `${listed ? 1 : 0} ${waiter} ${Math.ceil(staleAfterMs)} ${arrivedAt}`] : [entry, lease];
     const decided = (so: readonly Answer<MasterVote>[]) => {
       const [granted, refused] = tallyVotes(so);
       return granted >= quorum || refused > count - quorum;
@@ -130,13 +133,13 @@ export class RedlockVotes {
   }
 
   /** Extends `entry` on every master; counts only with a majority, within the validity. */
-  async renew(key: string, entry: string, ttlMs: number): Promise<Renewal> {
+  async renew(key: string, entry: string, ttlMs: number, lockDelayMs = 0): Promise<Renewal> {
     const { quorum, count } = this.masters;
     const sentAt = performance.now();
     const answers = await this.masters.round(
       renewScript,
       key,
-      [entry, ttlMs],
+      lockDelayMs > 0 ? [entry, ttlMs, Math.ceil(lockDelayMs)] : [entry, ttlMs],
       'renew',
       (so) => {
         const [renewed, refused] = tally(so);

@@ -40,6 +40,8 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
   /** Leaves room for the suffixes of the fence and waiter keys. */
   readonly maxKeyBytes = 1000;
   readonly address: string;
+  /** Each master keeps a delay key beside the lock key (redlock-scripts.ts): a majority refuses until it ran out. */
+  readonly lockDelay = true;
   /** A release's round ends within serverTimeoutMs: every command of it is bounded by that (RedisConnections). */
   readonly boundedRelease = true;
   /** This process on the masters: its wake channel and its place among a name's waiters. */
@@ -110,12 +112,13 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
     const { key, owner, ttlMs } = request;
     const batch = new RedlockBatch(key, `${this.waiterId}~t${(trySeq++).toString(36)}`);
     batch.ttlMs = ttlMs;
+    batch.lockDelayMs = request.lockDelayMs ?? 0;
     const startedAt = performance.now();
-    let vote = await this.votes.vote(key, batch.id, ttlMs, '', this.timing.staleAfterMs);
+    let vote = await this.votes.vote(key, batch.id, ttlMs, '', this.timing.staleAfterMs, 0, false, batch.lockDelayMs);
     // Too few answers is "cannot tell", not "busy": vote again until serverTimeoutMs says the masters are down.
     while (!vote.won && vote.unreachable && performance.now() - startedAt < this.settings.serverTimeoutMs && this.lifecycle.isOpen) {
       await new Promise((resolve) => setTimeout(resolve, UNREACHABLE_RETRY_MS));
-      vote = await this.votes.vote(key, batch.id, ttlMs, '', this.timing.staleAfterMs);
+      vote = await this.votes.vote(key, batch.id, ttlMs, '', this.timing.staleAfterMs, 0, false, batch.lockDelayMs);
     }
     if (!vote.won) {
       if (vote.unreachable) throw vote.unreachable;
@@ -129,7 +132,7 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
       if (!this.lifecycle.isOpen) this.lifecycle.assertOpen();
       return null;
     }
-    this.queues.adopt(batch, vote.token, { owner });
+    this.queues.adopt(batch, vote.token, { owner, lockDelayMs: request.lockDelayMs });
     return this.grant(batch, request);
   }
 
@@ -139,7 +142,7 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
     if (!held) return false;
     const { batch } = held;
     const sentAt = performance.now();
-    const renewal = await this.votes.renew(batch.key, batch.id, ttlMs);
+    const renewal = await this.votes.renew(batch.key, batch.id, ttlMs, batch.lockDelayMs);
     if (renewal === 'renewed') {
       this.extended(batch, sentAt, ttlMs);
       return true;
@@ -203,7 +206,7 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
   /** BatchEntries: a holder let go without knowing its lease valid: a renewal tells whether the entry still holds a majority. */
   async confirm(batch: RedlockBatch): Promise<true | Error> {
     const sentAt = performance.now();
-    const renewal = await this.votes.renew(batch.key, batch.id, batch.ttlMs);
+    const renewal = await this.votes.renew(batch.key, batch.id, batch.ttlMs, batch.lockDelayMs);
     if (renewal === 'renewed') {
       this.extended(batch, sentAt, batch.ttlMs);
       return true;
@@ -229,7 +232,7 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
     let grant: LockGrant = { key, owner, fencingToken: batch.token(), lost: this.closing.signal, requestedAt };
     if (entryEnds - performance.now() < ttlMs / 2) {
       const sentAt = performance.now();
-      const recorded = this.votes.renew(batch.key, batch.id, ttlMs).then((renewal) => {
+      const recorded = this.votes.renew(batch.key, batch.id, ttlMs, batch.lockDelayMs).then((renewal) => {
         if (renewal === 'refused') return undefined;
         if (renewal !== 'renewed') return new Promise<never>(() => undefined); // could not tell: the lease's own renewals go on until its deadline
         this.extended(batch, sentAt, ttlMs);

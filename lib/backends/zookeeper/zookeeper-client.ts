@@ -7,6 +7,9 @@ export interface ZkStat {
   /** 8-byte big-endian zxid of the create. */
   czxid: Buffer;
   mzxid: Buffer;
+  /** 8-byte big-endian ms since the epoch, on the leader's clock when the last write to the node was made. */
+  mtime: Buffer;
+  version: number;
   ephemeralOwner: Buffer;
   numChildren: number;
 }
@@ -28,6 +31,8 @@ export interface ZkAcl {
 export interface ZkTransaction {
   create(path: string, data: Buffer | null, acls: ZkAcl[], mode: number): ZkTransaction;
   setData(path: string, data: Buffer | null, version: number): ZkTransaction;
+  check(path: string, version: number): ZkTransaction;
+  remove(path: string, version: number): ZkTransaction;
   commit(callback: (error: ZkError | null, results: { type: number; path?: string; stat?: ZkStat }[]) => void): void;
 }
 
@@ -42,6 +47,7 @@ export interface ZkClient {
   remove(path: string, version: number, callback: (error: ZkError | null) => void): void;
   exists(path: string, watcher: ZkWatcher | undefined, callback: (error: ZkError | null, stat: ZkStat | null) => void): void;
   getData(path: string, watcher: ZkWatcher | undefined, callback: (error: ZkError | null, data: Buffer, stat: ZkStat) => void): void;
+  setData(path: string, data: Buffer | null, version: number, callback: (error: ZkError | null, stat: ZkStat) => void): void;
   getChildren(path: string, callback: (error: ZkError | null, children: string[]) => void): void;
   transaction(): ZkTransaction;
 }
@@ -60,6 +66,7 @@ export const ZkCode = {
   NO_AUTH: -102,
   NODE_EXISTS: -110,
   NOT_EMPTY: -111,
+  BAD_VERSION: -103,
   SESSION_EXPIRED: -112,
 } as const;
 

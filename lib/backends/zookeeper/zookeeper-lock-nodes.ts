@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EntryMode } from '../lock-backend.interface';
 import { ZkCode, zkCode, zxidOf } from './zookeeper-client';
+import { DELAY_MARK } from './zookeeper-delay-records';
 import type { LockParents } from './zookeeper-parents';
 import { entryPrefix, type NodeLayout } from './zookeeper-protocol';
 import type { ZooKeeperSession } from './zookeeper-session';
@@ -34,8 +35,8 @@ export class LockNodes {
    * node has no siblings (alone, it holds the lock); otherwise the caller lists them. The node's
    * name marks its mode (entryPrefix, by the layout); `owner` is its data.
    */
-  async create(session: ZooKeeperSession, parent: string, owner: string, mode: EntryMode = 'write', limit?: number): Promise<{ node: LockNode; children?: string[] }> {
-    const prefix = entryPrefix(this.layout, randomUUID(), mode, limit);
+  async create(session: ZooKeeperSession, parent: string, owner: string, mode: EntryMode = 'write', limit?: number, lockDelayMs = 0): Promise<{ node: LockNode; children?: string[] }> {
+    const prefix = entryPrefix(this.layout, lockDelayMs > 0 ? `${randomUUID()}${DELAY_MARK}` : randomUUID(), mode, limit);
     const data = Buffer.from(owner);
     for (let round = 1; ; round++) {
       const ensured = this.parents.isKnown(parent)
@@ -68,6 +69,21 @@ export class LockNodes {
         }
         if (round >= CREATE_ROUNDS) throw error;
       }
+    }
+  }
+
+  /**
+   * Deletes a node of ours that keeps a lock-delay record, with the record, only while the node
+   * is still ours: a node gone with its session leaves its record to hold the name.
+   */
+  async deleteWithRecord(session: ZooKeeperSession, path: string, record: string): Promise<void> {
+    try {
+      await repeatOnConnectionLoss(() => session.removeWithRecord(path, record));
+    } catch (error) {
+      // The node is gone (its record then stays), or the record is (never made): the node alone.
+      if (zkCode(error) === ZkCode.NO_NODE) return this.delete(session, path);
+      if (!session.alive) return;
+      throw error;
     }
   }
 

@@ -1,4 +1,5 @@
 import type { EntryMode } from '../lock-backend.interface';
+import { exclusiveLockDelayOnly } from '../lock-delay-refusals';
 import { protectedPrefix } from './zookeeper-paths';
 
 /** Whose node layout the lock nodes follow: this backend's own, or Apache Curator's (see docs/zookeeper.md). */
@@ -50,4 +51,15 @@ export function modeRefusal(layout: NodeLayout, mode: EntryMode): string | undef
     "backend.curatorRecipe: 'InterProcessReadWriteLock' (the Java side then uses InterProcessReadWriteLock on the path), " +
     "or use protocol 'native', or another backend: memory, redis, etcd, zookeeper or postgres."
   );
+}
+
+/**
+ * Why the layout cannot enforce a lock-delay for `mode`; undefined when it can. Curator's peers
+ * neither keep nor honour a delay record, and treat one under the lock path as a lock node.
+ */
+export function lockDelayRefusal(layout: NodeLayout, mode: EntryMode): string | undefined {
+  if (layout.protocol === 'curator') {
+    return "backend.protocol 'curator' cannot enforce lockDelayMs (Curator's recipes neither keep nor honour a delay record): use protocol 'native' (the default), or leave lockDelayMs at 0.";
+  }
+  return exclusiveLockDelayOnly('zookeeper', mode);
 }

@@ -4,6 +4,7 @@ import { blockersOf, limitMismatch, otherLimitAhead } from './zookeeper-entry-ru
 import type { LockNode, LockNodes } from './zookeeper-lock-nodes';
 import { OwnNodeWatch } from './zookeeper-own-node';
 import type { LockParents } from './zookeeper-parents';
+import { hasDelay, putRecord, waitOutRecords } from './zookeeper-delay-records';
 import { sortedEntries } from './zookeeper-paths';
 import type { ZooKeeperSession } from './zookeeper-session';
 import type { ZooKeeperSessions } from './zookeeper-sessions';
@@ -88,7 +89,7 @@ export class QueuePlaces {
     let node: LockNode | undefined;
     let own: OwnNodeWatch | undefined;
     try {
-      const created = await this.nodes.create(session, parent, entryId(batch), batch.mode, batch.limit);
+      const created = await this.nodes.create(session, parent, entryId(batch), batch.mode, batch.limit, batch.lockDelayMs);
       node = created.node;
       batch.session = session;
       queued();
@@ -102,7 +103,7 @@ export class QueuePlaces {
           if (other) throw limitMismatch(batch.key, batch.limit!, other.limit!);
         }
         const blockers = blockersOf(queue, at);
-        if (blockers.length === 0) return await this.headed(session, node, own, stop);
+        if (blockers.length === 0) return await this.head(batch, session, children, node, own, stop);
         if (!wait) {
           await this.nodes.delete(session, node.path);
           node = undefined;
@@ -120,9 +121,10 @@ export class QueuePlaces {
         // connection dropped meanwhile (events replayed on reconnection come in no order): then list.
         let knownHead = false;
         for (const path of paths) knownHead = this.heads.delete(path) || knownHead;
-        const wasHead = blockers.length === 1 && (knownHead || blockers[0] === queue[0]);
+        // A head with a lock-delay may have ended by its session's expiry: then its record holds the name (list).
+        const wasHead = blockers.length === 1 && (knownHead || blockers[0] === queue[0]) && !hasDelay(blockers[0].name);
         if (deleted && wasHead && session.disconnections === disconnections && (await own.stillThere())) {
-          return await this.headed(session, node, own, stop);
+          return await this.head(batch, session, [], node, own, stop);
         }
         children = await repeatOnConnectionLoss(() => session.getChildren(parent));
       }
@@ -131,6 +133,17 @@ export class QueuePlaces {
       if (node) this.nodes.delete(session, node.path).catch(() => undefined);
       throw error;
     }
+  }
+
+  /**
+   * Our node heads the queue: it holds once no expired holder's lock-delay record is left among
+   * `children` (zookeeper-delay-records.ts), and a node with a delay of its own has put its record.
+   */
+  private async head(batch: ZooKeeperBatch, session: ZooKeeperSession, children: readonly string[], node: LockNode, own: OwnNodeWatch | undefined, stop: AbortSignal): Promise<QueuePlace> {
+    await waitOutRecords(session, batch.parent, children, stop);
+    const place = await this.headed(session, node, own, stop);
+    if (batch.lockDelayMs > 0) await putRecord(session, batch.parent, node.name, batch.lockDelayMs);
+    return place;
   }
 
   /**

@@ -193,6 +193,28 @@ export class ZooKeeperSession {
     return this.call(path, (done) => this.client.remove(path, -1, done));
   }
 
+  /** A persistent node with `data` (a lock-delay record). */
+  createRecord(path: string, data: Buffer): Promise<string> {
+    return this.call(path, (done) => this.client.create(path, data, this.acl, this.zk.CreateMode.PERSISTENT, done));
+  }
+
+  /** Sets the node's data if its version is `version` (-1: any); resolves with its new stat. */
+  setData(path: string, data: Buffer, version: number): Promise<ZkStat> {
+    return this.call(path, (done) => this.client.setData(path, data, version, done));
+  }
+
+  /** Deletes `record` and `node` in one transaction, only while `node` exists: nothing when it is gone. */
+  removeWithRecord(node: string, record: string): Promise<void> {
+    return this.call(node, (done) =>
+      this.client
+        .transaction()
+        .check(node, -1)
+        .remove(record, -1)
+        .remove(node, -1)
+        .commit((error) => done(error)),
+    );
+  }
+
   /** The node's stat, or null when it does not exist. */
   exists(path: string): Promise<ZkStat | null> {
     return this.call(path, (done) => this.client.exists(path, undefined, done));

@@ -8,8 +8,9 @@ import { recordHolder } from './zookeeper-holder-record';
 import { ZooKeeperInspector } from './zookeeper-inspect';
 import { LockNodes } from './zookeeper-lock-nodes';
 import { LockParents, PARENT_IDLE_MS } from './zookeeper-parents';
+import { hasDelay, recordOf } from './zookeeper-delay-records';
 import { lockNodeName } from './zookeeper-paths';
-import { modeRefusal, modesOf } from './zookeeper-protocol';
+import { lockDelayRefusal, modeRefusal, modesOf } from './zookeeper-protocol';
 import { QueuePlaces } from './zookeeper-queue-places';
 import { ZooKeeperRenewals } from './zookeeper-renewals';
 import type { ZooKeeperSession, ZooKeeperSessionOptions } from './zookeeper-session';
@@ -62,6 +63,12 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
   /** LockService refuses a mode outside `modes` with this message, before any I/O. */
   modeRefusal(mode: EntryMode): string | undefined {
     return modeRefusal(this.options, mode);
+  }
+
+  /** A holder's persistent delay record beside its node (zookeeper-delay-records.ts), in the native layout. */
+  readonly lockDelay = true;
+  lockDelayRefusal(mode: EntryMode): string | undefined {
+    return lockDelayRefusal(this.options, mode);
   }
 
   /** Every mode joins this process's batches (LocalQueues); a permit without a valid limit is refused first. */
@@ -218,7 +225,11 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
     this.parentIdle(batch, place.session);
     // A dead session's nodes are deleted by the server. Past the bound, the delete still goes
     // out once the connection is back (or the node goes with the session).
-    if (place.session.alive) await this.sessions.bounded(this.nodes.delete(place.session, place.node.path), 'release');
+    if (!place.session.alive) return;
+    const deleted = hasDelay(place.node.name)
+      ? this.nodes.deleteWithRecord(place.session, place.node.path, `${batch.parent}/${recordOf(place.node.name)}`)
+      : this.nodes.delete(place.session, place.node.path);
+    await this.sessions.bounded(deleted, 'release');
   }
 
   /**
@@ -271,6 +282,7 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
     const batch = this.newBatch(request.key, request.owner);
     batch.mode = request.mode ?? 'write';
     batch.limit = request.limit;
+    batch.lockDelayMs = request.lockDelayMs ?? 0;
     const place = await this.places.tryTake(batch, stop).catch((error: unknown) => {
       this.parentIdle(batch, batch.session);
       throw error;

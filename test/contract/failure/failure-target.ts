@@ -31,6 +31,8 @@ export interface FailureContractOptions extends BackendCapabilities {
   name: string;
   /** The backend lives in this process (memory): no server faults, no other processes to share it. */
   serverless?: boolean;
+  /** False: the backend, as configured, refuses lockDelayMs (Redis 'plain', ZooKeeper 'curator'); its own tests check the refusal. */
+  lockDelay?: boolean;
   start(): Promise<FailureTarget>;
 }
 

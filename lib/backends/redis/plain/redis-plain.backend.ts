@@ -38,6 +38,10 @@ export class RedisPlainLockBackend extends LocalQueueBackend<RedisBatch> impleme
     const what = mode === 'read' ? "mode: 'read'" : 'semaphores';
     return `backend.protocol 'plain' does not offer ${what} (the plain lock of other clients knows no modes): use protocol 'native' (the default) for them, or another backend: memory, redis, etcd, zookeeper or postgres.`;
   }
+  /** Other clients' plain locks write no delay key and look for none: a delay would hold only among ours. */
+  lockDelayRefusal(): string {
+    return "backend.protocol 'plain' cannot enforce lockDelayMs (the plain lock of other clients neither writes nor honours a delay): use protocol 'native' (the default), or leave lockDelayMs at 0.";
+  }
   readonly address: string;
   readonly boundedRelease = true;
   /** 96 random bits: with a batch id it makes each owner id unique across processes. */
