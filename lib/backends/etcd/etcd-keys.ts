@@ -25,6 +25,16 @@ export function lockKeys(name: string, leaseId: string, entry: string, slot?: En
   return { start, end, own: Buffer.concat([start, Buffer.from(`${BigInt(leaseId).toString(16)}/${entry}`)]), slot };
 }
 
+/**
+ * The keys of etcd's own Lock service (and etcdctl, Go's Mutex): `<escaped name>/<lease hex>`,
+ * one key per name and session lease, so a process has at most one entry of a name at a time
+ * (LockApiTurns). The escaped name is what the Lock request names.
+ */
+export function lockApiKeys(name: string, leaseId: string): LockKeys {
+  const { start, end } = contenderRange(name);
+  return { start, end, own: Buffer.concat([start, Buffer.from(BigInt(leaseId).toString(16))]) };
+}
+
 /** The range of every contender of a lock name (see LockKeys.start and end). */
 export function contenderRange(name: string): Pick<LockKeys, 'start' | 'end'> {
   const start = Buffer.from(`${name.replace(/[%/]/g, (c) => (c === '%' ? '%25' : '%2F'))}/`);
