@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync, type ChildProcess } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
-import { LockBackendError, LockTimeoutError, type LockService } from '../../../lib';
+import { LockBackendError, LockConfigError, LockTimeoutError, type LockService } from '../../../lib';
 import { callLock } from '../../../lib/backends/etcd/lock-api/lock-rpc';
 import { moduleLikeService } from '../../support/lock-service-factory';
 import { eventually, sleep } from '../../support/timing';
@@ -41,6 +41,13 @@ describe("etcd protocol 'lock-api' and etcdctl lock on the same name", () => {
   after(async () => {
     for (const child of children) if (child.exitCode === null) child.kill('SIGKILL');
     await Promise.all(services.map((each) => each.onApplicationShutdown()));
+  });
+
+  it("refuses read locks and semaphores before any I/O, naming protocol 'native'", async () => {
+    for (const call of [() => service.acquire('la-0', { mode: 'read' }), () => service.acquireSemaphore('la-0', 2)]) {
+      await assert.rejects(call(), (error: unknown) => error instanceof LockConfigError && /protocol 'lock-api' does not offer .*use protocol 'native'/.test(error.message));
+    }
+    assert.equal((await keysUnder('lock:la-0/')).length, 0);
   });
 
   it('etcdctl holds: our acquire waits at the server and holds within 1 s of etcdctl being told to let go', async (t) => {

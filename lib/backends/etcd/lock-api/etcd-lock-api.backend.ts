@@ -1,3 +1,4 @@
+import { LockConfigError } from '../../../errors';
 import { DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../../lock-defaults';
 import type { BackendSettings } from '../../backend-definition';
 import type { AcquireRequest, EntryMode, LockGrant } from '../../lock-backend.interface';
@@ -45,8 +46,15 @@ export class EtcdLockApiBackend extends EtcdLockBackend {
     );
   }
 
+  /** LockService refuses other modes before any I/O; a caller of the backend itself gets the same refusal. */
+  private assertGrants(mode: EntryMode = 'write'): void {
+    const refusal = this.modeRefusal(mode);
+    if (refusal) throw new LockConfigError('backend', refusal);
+  }
+
   /** A try takes the name's key in one transaction (the Lock service has no try), in the key's turn. */
   protected override async tryTake(request: Omit<AcquireRequest, 'signal'>, retryOnNewSession = true): Promise<LockGrant | null> {
+    this.assertGrants(request.mode);
     const session = await this.sessions.session('take a lock');
     const turn = this.turnOf(session, lockApiKeys(request.key, session.leaseId));
     await turn.ready;
@@ -66,6 +74,11 @@ export class EtcdLockApiBackend extends EtcdLockBackend {
   protected override enqueue(batch: EtcdBatch, session: EtcdSession, retryOnNewSession: boolean): void {
     if (batch.state !== 'sending') return;
     if (!batch.hasCallers || !this.lifecycle.isOpen) return this.queues.end(batch);
+    try {
+      this.assertGrants(batch.mode);
+    } catch (refused) {
+      return this.queues.end(batch, refused);
+    }
     // A batch queued anew after its key was deleted had the key's turn: it is over.
     this.turnDone.get(batch)?.();
     const keys = lockApiKeys(batch.key, session.leaseId);
