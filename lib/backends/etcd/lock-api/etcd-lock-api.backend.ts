@@ -18,10 +18,10 @@ const PROBE_AFTER_MS = 100;
 /**
  * etcd with `protocol: 'lock-api'`: each batch of this process's callers takes its entry as etcd's
  * own Lock service does (`etcdctl lock`, jetcd's LockClient), and a batch that must wait waits in
- * that service, on the server (LockApiCall). Everything else is the native backend's: the session lease kept alive by us, the hand-over
- * inside the process (LocalQueues), renewal checks, fenced deletes, inspect and forceRelease, and
- * a try, which the Lock service lacks, as one transaction on the same key. Exclusive locks only.
- * See docs/etcd.md, "Protocol: lock-api".
+ * that service, on the server (LockApiCall). Everything else is the native backend's: the session
+ * lease kept alive by us, the hand-over inside the process (LocalQueues), renewal checks, fenced
+ * deletes, inspect and forceRelease, and a try, which the Lock service lacks, as one transaction
+ * on the same key. Exclusive locks only. See docs/etcd.md, "Protocol: lock-api".
  */
 export class EtcdLockApiBackend extends EtcdLockBackend {
   override readonly modes: readonly EntryMode[] = ['write'];
@@ -70,7 +70,7 @@ export class EtcdLockApiBackend extends EtcdLockBackend {
     return grant;
   }
 
-  /** BatchEntries: the batch's Lock call, sent once the key's previous entry is gone. */
+  /** BatchEntries: the batch's entry (LockApiCall), started once the key's previous entry is gone. */
   protected override enqueue(batch: EtcdBatch, session: EtcdSession, retryOnNewSession: boolean): void {
     if (batch.state !== 'sending') return;
     if (!batch.hasCallers || !this.lifecycle.isOpen) return this.queues.end(batch);
