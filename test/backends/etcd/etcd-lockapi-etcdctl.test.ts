@@ -32,6 +32,14 @@ describe("etcd protocol 'lock-api' and etcdctl lock on the same name", () => {
     return service;
   };
   const keysUnder = async (prefix: string) => (await etcd.admin.getAll().prefix(prefix).exec()).kvs;
+  /**
+   * The server's watchers: the Lock service's Mutex waits on a watch of the key before its own,
+   * so one more means our Lock call is waiting inside the server (nothing else here watches).
+   */
+  const serverWatchers = async () => {
+    const metrics = await (await fetch(`${etcd.cluster.hosts[0]}/metrics`)).text();
+    return Number(/^etcd_debugging_mvcc_watcher_total (\S+)$/m.exec(metrics)![1]);
+  };
   let service: LockService;
 
   before(async () => {
@@ -83,13 +91,15 @@ describe("etcd protocol 'lock-api' and etcdctl lock on the same name", () => {
   it('our key deleted under us (lease revoked) while we wait: we never report the lock held (etcd-io/etcd#11456)', async (t) => {
     const theirs = lock('lock:la-3');
     await within(theirs.held, 5_000, 'etcdctl taking a free lock');
+    const watchers = await serverWatchers();
     const ours = service.acquire('la-3', { waitTimeoutMs: 10_000 });
     let outcome: string | undefined;
     ours.then(
       () => (outcome = 'held'),
       (error: Error) => (outcome = error.message),
     );
-    await eventually(async () => (await keysUnder('lock:la-3/')).length === 2, 5_000, 'our key beside etcdctl');
+    // Revoked only once the server waits: a Lock call that arrives after the revoke is refused outright ("lease not found").
+    await eventually(async () => (await serverWatchers()) > watchers, 5_000, "the server's Lock waiting for etcdctl's key", 20);
     const ourLease = (await keysUnder('lock:la-3/')).sort((a, b) => Number(BigInt(b.create_revision) - BigInt(a.create_revision)))[0].lease;
     execFileSync('etcdctl', ['--endpoints', etcd.cluster.hosts.join(','), 'lease', 'revoke', BigInt(ourLease).toString(16)], { env: { ...process.env, ETCDCTL_API: '3' } });
     theirs.child.kill('SIGINT');
