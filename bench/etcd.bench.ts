@@ -1,5 +1,6 @@
 import { Etcd3, EtcdLockFailedError } from 'etcd3';
 import { createEtcdBackend } from '../lib/backends/etcd/etcd.backend';
+import { createEtcdLockApiBackend } from '../lib/backends/etcd/lock-api/etcd-lock-api.backend';
 import { EtcdCluster } from '../servers/etcd-server';
 import { lockServiceOver } from './lock-services';
 import { printFlashSale } from './report';
@@ -25,14 +26,17 @@ const HISTORY_CYCLES_PER_ROUND = 50;
 export async function run(): Promise<void> {
   const cluster = await EtcdCluster.start(1);
   const services = Array.from({ length: SALE_CONNECTIONS }, () => lockServiceOver(createEtcdBackend({ type: 'etcd', hosts: cluster.hosts })));
+  const lockApiServices = Array.from({ length: SALE_CONNECTIONS }, () => lockServiceOver(createEtcdLockApiBackend({ type: 'etcd', hosts: cluster.hosts, protocol: 'lock-api' })));
   const peers = Array.from({ length: SALE_CONNECTIONS }, () => new Etcd3({ hosts: cluster.hosts }));
   try {
-    const ours: LockRunner[] = services.map((service) => (name, section) => service.withLock(name, section, { waitTimeoutMs: 120_000 }));
+    const runnersOf = (over: typeof services): LockRunner[] => over.map((service) => (name, section) => service.withLock(name, section, { waitTimeoutMs: 120_000 }));
+    const ours = runnersOf(services);
+    const lockApi = runnersOf(lockApiServices);
     const theirs: LockRunner[] = peers.map((client) => (name, section) => etcd3LockRun(client, name, section));
 
     // Rounds in a shuffled order after a warm-up, so both see the same machine load; the cycle
     // time ratio is taken inside each round, then its median (see pairedRatio).
-    const rounds = await interleavedCycles(new Map([['ours', ours[0]], ['theirs', theirs[0]]]), CYCLE_ROUNDS, CYCLES_PER_ROUND);
+    const rounds = await interleavedCycles(new Map([['ours', ours[0]], ['lock-api', lockApi[0]], ['theirs', theirs[0]]]), CYCLE_ROUNDS, CYCLES_PER_ROUND);
     const ourCycles = median(rounds.get('ours')!);
     const theirCycles = median(rounds.get('theirs')!);
     console.log(`uncontended acquire+release, this library: ${Math.round(ourCycles)} cycles/s (${(1000 / ourCycles).toFixed(2)} ms/cycle)`);
@@ -44,28 +48,43 @@ export async function run(): Promise<void> {
         `${cycleRatio.p25.toFixed(2)}-${cycleRatio.p75.toFixed(2)}; ratio of medians ${formatRatio(theirCycles, ourCycles)})`,
     );
     recordTarget('uncontended cycle time vs the etcd3 Lock', cycleRatio.median, '<=', 0.75);
+    const lockApiCycles = median(rounds.get('lock-api')!);
+    const lockApiRatio = pairedRatio(rounds.get('ours')!, rounds.get('lock-api')!);
+    console.log(`uncontended acquire+release, protocol 'lock-api': ${Math.round(lockApiCycles)} cycles/s (${(1000 / lockApiCycles).toFixed(2)} ms/cycle)`);
+    console.log(
+      `cycle time ratio ('lock-api' / default layout): ${lockApiRatio.median.toFixed(2)}x, round by round (quartiles ` +
+        `${lockApiRatio.p25.toFixed(2)}-${lockApiRatio.p75.toFixed(2)}; ratio of medians ${formatRatio(ourCycles, lockApiCycles)})`,
+    );
+    recordTarget("protocol 'lock-api' uncontended cycle time vs the default layout", lockApiRatio.median, '<=', 1.3);
     const busy = await busyNameRatio(ours[0]);
     console.log(`uncontended cycle on a name acquired ${HISTORY_CYCLES} times before vs on a fresh name, this library: ${busy.toFixed(2)}x (median of ${HISTORY_ROUNDS} rounds)`);
     recordFigure(`uncontended cycle on a name with ${HISTORY_CYCLES} past acquisitions vs a fresh name's`, `${busy.toFixed(2)}x`);
 
     // Alternate the two libraries' sales too; each keeps its median-makespan run.
     const ourSales: FlashSaleResult[] = [];
+    const lockApiSales: FlashSaleResult[] = [];
     const theirSales: FlashSaleResult[] = [];
     // One unmeasured sale each first: the contended code paths are not warm (JIT) yet.
     await flashSale(ours, SALE_BUYERS_PER_CONNECTION, SALE_STOCK);
+    await flashSale(lockApi, SALE_BUYERS_PER_CONNECTION, SALE_STOCK);
     await flashSale(theirs, SALE_BUYERS_PER_CONNECTION, SALE_STOCK);
     for (let round = 0; round < SALE_REPEATS; round++) {
       ourSales.push(await flashSale(ours, SALE_BUYERS_PER_CONNECTION, SALE_STOCK));
+      lockApiSales.push(await flashSale(lockApi, SALE_BUYERS_PER_CONNECTION, SALE_STOCK));
       theirSales.push(await flashSale(theirs, SALE_BUYERS_PER_CONNECTION, SALE_STOCK));
     }
     const ourSale = await medianFlashSale(ourSales.length, async () => ourSales.shift()!);
+    const lockApiSale = await medianFlashSale(lockApiSales.length, async () => lockApiSales.shift()!);
     const theirSale = await medianFlashSale(theirSales.length, async () => theirSales.shift()!);
     printFlashSale(`this library (etcd, ${SALE_CONNECTIONS} x ${SALE_BUYERS_PER_CONNECTION})`, ourSale);
+    printFlashSale(`this library (etcd, protocol 'lock-api', ${SALE_CONNECTIONS} x ${SALE_BUYERS_PER_CONNECTION})`, lockApiSale);
     printFlashSale(`etcd3 Lock + ${RETRY_MS} ms retry (${SALE_CONNECTIONS} x ${SALE_BUYERS_PER_CONNECTION})`, theirSale);
     const saleRatio = ourSale.makespanMs / theirSale.makespanMs;
     recordTarget('flash-sale makespan vs the etcd3 Lock', saleRatio, '<=', 0.03);
+    console.log(`flash-sale makespan ratio ('lock-api' / default layout): ${(lockApiSale.makespanMs / ourSale.makespanMs).toFixed(2)}x`);
+    recordTarget("protocol 'lock-api' flash-sale makespan vs the etcd3 Lock", lockApiSale.makespanMs / theirSale.makespanMs, '<=', 0.05);
   } finally {
-    await Promise.all(services.map((service) => service.onApplicationShutdown()));
+    await Promise.all([...services, ...lockApiServices].map((service) => service.onApplicationShutdown()));
     for (const client of peers) client.close();
     await cluster.stop();
   }

@@ -63,6 +63,6 @@ export type { BatchEntries, LocalQueues } from './queue/local-queues';
 export type { RedisBackendOptions, RedisClientLike, RedisProtocol } from './backends/redis/redis-options';
 export type { RedlockBackendOptions } from './backends/redlock/redlock-options';
 export type { ZooKeeperAclEntry, ZooKeeperBackendOptions, ZooKeeperPermission } from './backends/zookeeper/zookeeper-options';
-export type { EtcdBackendOptions, Etcd3ClientLike } from './backends/etcd/etcd-options';
+export type { EtcdBackendOptions, Etcd3ClientLike, EtcdProtocol } from './backends/etcd/etcd-options';
 export type { PgPoolLike, PostgresBackendOptions } from './backends/postgres/postgres-options';
 export { postgresLockSchemaSql } from './backends/postgres/postgres-schema';

@@ -1,6 +1,6 @@
 import { EtcdCluster } from '../../servers/etcd-server';
-import type { ServerFaults } from '../support/server-faults';
 import { TcpProxy } from '../support/tcp-proxy';
+import { memberFaults } from './etcd-member-faults';
 import { runFailureContract } from './failure.contract';
 
 // One member; no sessionTtlMs: the session follows the module's ttlMs, which is what point 4 checks.
@@ -21,21 +21,3 @@ runFailureContract({
     };
   },
 });
-
-function memberFaults(cluster: EtcdCluster, proxy: TcpProxy): ServerFaults {
-  return {
-    kill: () => cluster.kill(0),
-    start: async () => {
-      await cluster.revive(0);
-      await cluster.waitHealthy(20_000);
-    },
-    pause: () => cluster.pause(0),
-    resume: () => cluster.resume(0),
-    blackHole: () => proxy.blackHole(),
-    heal: () => proxy.heal(),
-    async restore() {
-      proxy.heal();
-      await cluster.restore();
-    },
-  };
-}

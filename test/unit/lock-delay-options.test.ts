@@ -101,6 +101,7 @@ describe('lockDelayMs: a backend that cannot enforce it refuses it before any I/
       message: /protocol 'curator' cannot enforce lockDelayMs/,
       kinds: ['lock'],
     },
+    { what: "etcd protocol 'lock-api'", backend: { type: 'etcd', hosts: ['http://127.0.0.1:1'], protocol: 'lock-api' }, message: /protocol 'lock-api' cannot enforce lockDelayMs/, kinds: ['lock'] },
   ];
   for (const { what, backend: options, message, kinds } of refusing) {
     it(`${what}: refused, naming what to change`, async () => {

@@ -1,5 +1,4 @@
 import { Batch } from '../../queue/batch';
-import type { EtcdAcquisition } from './etcd-acquisition';
 import type { LockKeys } from './etcd-keys';
 import type { EtcdSession } from './etcd-session';
 
@@ -10,5 +9,11 @@ import type { EtcdSession } from './etcd-session';
 export class EtcdBatch extends Batch {
   keys?: LockKeys;
   session?: EtcdSession;
-  acquisition?: EtcdAcquisition;
+  /** The entry's wait at etcd, while it waits: ours (EtcdAcquisition) or the Lock service's. */
+  acquisition?: EntryWait;
+}
+
+/** A wait for an entry's grant, which the backend can give up. */
+export interface EntryWait {
+  stop(reason: unknown): void;
 }

@@ -33,17 +33,30 @@ export interface LockKeys {
 export function lockKeys(name: string, leaseId: string, entry: string, slot?: EntrySlot, lockDelayMs = 0): LockKeys {
   const { start, end } = contenderRange(name);
   const suffix = `${BigInt(leaseId).toString(16)}/${entry}`;
-  const delayStart = Buffer.concat([DELAY_ROOT, start]);
-  const delayEnd = Buffer.concat([DELAY_ROOT, end]);
   const own = Buffer.concat([start, Buffer.from(suffix)]);
-  return { start, end, own, slot, delayStart, delayEnd, delayOwn: lockDelayMs > 0 ? delayKeyFor(own) : undefined };
+  return { start, end, own, slot, ...delayRange(start, end), delayOwn: lockDelayMs > 0 ? delayKeyFor(own) : undefined };
 }
 
 const DELAY_ROOT = Buffer.from('/lock-delay/');
 
+/** The name's lock-delay keys (LockKeys.delayStart and delayEnd), given its contender range. */
+function delayRange(start: Buffer, end: Buffer): Pick<LockKeys, 'delayStart' | 'delayEnd'> {
+  return { delayStart: Buffer.concat([DELAY_ROOT, start]), delayEnd: Buffer.concat([DELAY_ROOT, end]) };
+}
+
 /** The lock-delay key of the entry whose lock key is `own` (see LockKeys.delayOwn). */
 export function delayKeyFor(own: Buffer): Buffer {
   return Buffer.concat([DELAY_ROOT, own]);
+}
+
+/**
+ * The keys of etcd's own Lock service (and etcdctl, Go's Mutex): `<escaped name>/<lease hex>`,
+ * one key per name and session lease, so a process has at most one entry of a name at a time
+ * (LockApiTurns). The escaped name is what the Lock request names.
+ */
+export function lockApiKeys(name: string, leaseId: string): LockKeys {
+  const { start, end } = contenderRange(name);
+  return { start, end, own: Buffer.concat([start, Buffer.from(BigInt(leaseId).toString(16))]), ...delayRange(start, end) };
 }
 
 /** The range of every contender of a lock name (see LockKeys.start and end). */

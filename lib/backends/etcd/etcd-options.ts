@@ -35,7 +35,18 @@ export interface EtcdBackendOptions {
    * sessionTtlSeconds); the server may raise it to its own minimum.
    */
   sessionTtlMs?: number;
+  /**
+   * How locks are taken: 'native' (the default) puts and watches this library's keys, in the
+   * layout of Go's concurrency.Mutex; 'lock-api' asks etcd's own Lock service (`v3lockpb.Lock`,
+   * as `etcdctl lock` and jetcd's LockClient do) and grants the exclusive lock only. Both
+   * exclude each other and etcdctl on the same name. See docs/etcd.md, "Protocol: lock-api".
+   */
+  protocol?: EtcdProtocol;
 }
+
+/** See EtcdBackendOptions.protocol. */
+export type EtcdProtocol = 'native' | 'lock-api';
+const PROTOCOLS: readonly EtcdProtocol[] = ['native', 'lock-api'];
 
 export const DEFAULT_ETCD_HOSTS = '127.0.0.1:2379';
 
@@ -44,9 +55,12 @@ const HOST = /^(?:https?:\/\/)?[^/\s:]+:\d{1,5}\/?$/;
 
 /** Checks the options before any connection is made; the error names the option to change. */
 export function validateEtcdOptions(options: EtcdBackendOptions): void {
-  allowOnlyFields('etcd', options, [...BUILD_FIELDS, 'client', 'sessionTtlMs']);
+  allowOnlyFields('etcd', options, [...BUILD_FIELDS, 'client', 'sessionTtlMs', 'protocol']);
   checkSuppliedClient(options as unknown as Record<string, unknown>, BUILD_FIELDS, ['watch', 'lease', 'close'], 'an etcd3 Etcd3 instance');
-  const { hosts, auth, credentials, sessionTtlMs } = options;
+  const { hosts, auth, credentials, sessionTtlMs, protocol } = options;
+  if (protocol !== undefined && !PROTOCOLS.includes(protocol)) {
+    throw new LockConfigError('backend.protocol', `must be 'native' (the default) or 'lock-api', got ${JSON.stringify(protocol)}.`);
+  }
   if (hosts !== undefined) {
     const list = Array.isArray(hosts) ? hosts : [hosts];
     if (list.length === 0 || !list.every((host) => typeof host === 'string' && HOST.test(host))) {

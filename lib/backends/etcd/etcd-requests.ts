@@ -92,6 +92,31 @@ export function recheckTxn(keys: LockKeys, revision: bigint): ITxnRequest {
 }
 
 /**
+ * After etcd's Lock service answered: our key as it is now (lease and create revision) and the
+ * lowest key under the name. A 3.4 server answers even when our key was deleted during its wait
+ * (etcd-io/etcd#11456), and its header revision is not the key's create revision: this read
+ * tells both. Its ranges make etcd serve it linearizably (see linearizable).
+ */
+export function heldCheckTxn(keys: LockKeys): ITxnRequest {
+  return {
+    compare: [],
+    success: [
+      { request_range: { key: keys.own, keys_only: true } },
+      { request_range: { key: keys.start, range_end: keys.end, sort_target: 'Create', sort_order: 'Ascend', limit: 1, keys_only: true } },
+    ],
+    failure: [],
+  };
+}
+
+/** What a heldCheckTxn read: our key's create revision when it is ours (our lease) and the lowest; else why not. */
+export function heldRevision(response: ITxnResponse, leaseId: string): bigint | 'gone' | 'not ours' | 'not first' {
+  const own = rangeKvs(response, 0)[0];
+  if (!own) return 'gone';
+  if (own.lease !== leaseId) return 'not ours';
+  return rangeKvs(response, 1)[0]?.create_revision === own.create_revision ? createRevision(own) : 'not first';
+}
+
+/**
  * Release or leave the queue: delete our key only if it is still the one we created, so a
  * retried or late delete never removes a newer key (etcd issue 22082), and read who holds the
  * lock now (the lowest key left), whether the delete happened or the key was already gone (a

@@ -13,6 +13,7 @@ import { EtcdInspector } from './etcd-inspect';
 import { EtcdKeyDeletes, LATE_PUT_MS } from './etcd-key-deletes';
 import { holderRecordKey } from './etcd-keys';
 import { EtcdBatch } from './etcd-batch';
+import type { LockKeys } from './etcd-keys';
 import { entryRecheckTxn } from './etcd-mode-requests';
 import { DEFAULT_ETCD_HOSTS, etcdAddress, sessionTtlSeconds, validateEtcdOptions, type EtcdBackendOptions } from './etcd-options';
 import { EtcdRenewals } from './etcd-renewals';
@@ -51,26 +52,26 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
   readonly name = 'etcd';
   readonly maxKeyBytes = 1024;
   /** Read and permit entries are batches too (LocalQueues), with their mode in the key's value. */
-  readonly modes = ['write', 'read', 'permit'] as const;
+  readonly modes: readonly EntryMode[] = ['write', 'read', 'permit'];
   /** A holder's delay key, on a lease that outlives its session's by the delay (DelayLeases, etcd-keys.ts). */
   readonly lockDelay = true;
   lockDelayRefusal(mode: EntryMode): string | undefined {
     return exclusiveLockDelayOnly('etcd', mode);
   }
   readonly address: string;
-  private readonly calls: EtcdCalls;
-  private readonly sessions: EtcdSessions;
+  protected readonly calls: EtcdCalls;
+  protected readonly sessions: EtcdSessions;
   /** Queued batches by their own key (latin1), for the hand-off of a local release. */
   private readonly waiting = new Map<string, EtcdAcquisition>();
-  private readonly deletes: EtcdKeyDeletes;
+  protected readonly deletes: EtcdKeyDeletes;
   private readonly localFollowers: LocalFollowers;
   private readonly acquisitions: AcquisitionContext;
   private readonly inspector: EtcdInspector;
   private readonly renewals = new EtcdRenewals((session, operation, request) => this.txn(session, operation, request));
 
   constructor(
-    private readonly client: Etcd3,
-    private readonly config: EtcdBackendConfig,
+    protected readonly client: Etcd3,
+    protected readonly config: EtcdBackendConfig,
   ) {
     super('etcd', { sendFirstAtOnce: true });
     this.address = config.address;
@@ -91,7 +92,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
     };
     const keyPrefix = config.keyPrefix ?? DEFAULT_KEY_PREFIX;
     this.inspector = new EtcdInspector(client, this.calls, keyPrefix);
-    this.sessions = new EtcdSessions(client, config.sessionTtlSeconds, this.calls, config.serverTimeoutMs, callTimeoutMs, this.onSessionLost, (session) =>
+    this.sessions = new EtcdSessions(client, config.sessionTtlSeconds, this.calls, config.serverTimeoutMs, callTimeoutMs, (session, reason) => this.sessionLost(session, reason), (session) =>
       this.recordHolder(session, keyPrefix),
     );
   }
@@ -129,7 +130,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
     const { key, owner } = request;
     const session = await this.sessions.session('take a lock');
     const batch = new EtcdBatch(key, owner);
-    batch.keys = session.entryKeys(key, request.lockDelayMs);
+    batch.keys = this.entryKeys(session, key, request.lockDelayMs);
     batch.session = session;
     const write = (request.mode ?? 'write') === 'write';
     let entryToken: bigint | null;
@@ -153,7 +154,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
       const delayLeaseId = lockDelayMs > 0 ? await session!.delayLeaseId(lockDelayMs) : undefined;
       response = await this.txn(session!, 'take a lock', tryTakeTxn(keys!, session!.leaseId, delayLeaseId));
     } catch (error) {
-      this.deletes.deleteUnsure(keys!, session!);
+      this.deleteUnsure(keys!, session!);
       throw error;
     }
     if (response.succeeded) return BigInt(response.header.revision);
@@ -240,7 +241,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
   }
 
   /** `retryOnNewSession`: etcd may have dropped the session before this process noticed, and the put then fails ("lease not found"): a batch not queued yet queues once more, on a new session. */
-  private enqueue(batch: EtcdBatch, session: EtcdSession, retryOnNewSession: boolean): void {
+  protected enqueue(batch: EtcdBatch, session: EtcdSession, retryOnNewSession: boolean): void {
     if (batch.state !== 'sending') return;
     if (!batch.hasCallers || !this.lifecycle.isOpen) return this.queues.end(batch);
     const keys = session.entryKeys(batch.key, batch.lockDelayMs);
@@ -352,8 +353,18 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
     else this.queues.end(batch, error);
   }
 
+  /** The keys of a new entry of `name` on `session`. */
+  protected entryKeys(session: EtcdSession, name: string, lockDelayMs?: number): LockKeys {
+    return session.entryKeys(name, lockDelayMs);
+  }
+
+  /** Deletes a key whose put failed in flight (EtcdKeyDeletes.deleteUnsure). */
+  protected deleteUnsure(keys: LockKeys, session: EtcdSession): void {
+    this.deletes.deleteUnsure(keys, session);
+  }
+
   /** Every lock and wait on a lost session ends now; the next session is being opened. */
-  private readonly onSessionLost = (session: EtcdSession, reason: Error): void => {
+  protected sessionLost(session: EtcdSession, reason: Error): void {
     this.sessions.lost(session);
     // Ran out unanswered: etcd could not be reached (the lost reason says so); else etcd said so.
     const error =
@@ -372,21 +383,21 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
     }
     // If the server still has it (we only lost contact), its keys go now rather than at its ttl.
     if (this.lifecycle.isOpen) void session.revoke(this.config.serverTimeoutMs);
-  };
+  }
 
   /**
    * The call failed because etcd no longer had the session ("lease not found"): worth one more
    * try on a new session. Not when etcd could not be reached: that try would only wait again.
    */
-  private sessionDropped(session: EtcdSession, error: unknown): boolean {
+  protected sessionDropped(session: EtcdSession, error: unknown): boolean {
     return !session.alive && this.lifecycle.isOpen && !(error instanceof LockServerUnreachableError);
   }
 
-  private keyGone(operation: string): LockBackendError {
+  protected keyGone(operation: string): LockBackendError {
     return new LockBackendError('etcd', operation, new Error('the lock key was deleted: its session lease expired, or an operator removed it'), this.address);
   }
 
-  private txn(session: EtcdSession, operation: string, request: ITxnRequest): Promise<ITxnResponse> {
+  protected txn(session: EtcdSession, operation: string, request: ITxnRequest): Promise<ITxnResponse> {
     return this.calls.txn(operation, request).catch((error: Error) => {
       if (/lease not found|expired or revoked/i.test(error.message)) session.end(error);
       throw error;
@@ -399,15 +410,20 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
  * etcd: the session is opened in the background.
  */
 export function createEtcdBackend(options: EtcdBackendOptions, settings: BackendSettings = { ttlMs: DEFAULT_TTL_MS, serverTimeoutMs: DEFAULT_SERVER_TIMEOUT_MS }): EtcdLockBackend {
+  return new EtcdLockBackend(...etcdBackendParts(options, settings));
+}
+
+/** The client and config of an etcd backend of either protocol, from its validated options. */
+export function etcdBackendParts(options: EtcdBackendOptions, settings: BackendSettings): [Etcd3, EtcdBackendConfig] {
   validateEtcdOptions(options);
   const ttlSeconds = sessionTtlSeconds(options.sessionTtlMs ?? settings.ttlMs);
   // Every attempt of a call within serverTimeoutMs in all, unless that leaves an attempt too little.
   const attemptTimeoutMs = Math.max(500, Math.floor(settings.serverTimeoutMs / ATTEMPTS));
   const config = { sessionTtlSeconds: ttlSeconds, serverTimeoutMs: settings.serverTimeoutMs, attemptTimeoutMs, keyPrefix: settings.keyPrefix, holderDescription: settings.holderDescription };
-  if (options.client) return new EtcdLockBackend(options.client as unknown as Etcd3, { ...config, address: suppliedClientAddress(options.client), ownsClient: false });
+  if (options.client) return [options.client as unknown as Etcd3, { ...config, address: suppliedClientAddress(options.client), ownsClient: false }];
   const hosts = options.hosts ?? DEFAULT_ETCD_HOSTS;
   const usesTls = options.credentials !== undefined || [hosts].flat().some((host) => host.startsWith('https://'));
-  return new EtcdLockBackend(createEtcdClient(options, hosts, attemptTimeoutMs), { ...config, address: etcdAddress(hosts), ownsClient: true, usesTls });
+  return [createEtcdClient(options, hosts, attemptTimeoutMs), { ...config, address: etcdAddress(hosts), ownsClient: true, usesTls }];
 }
 
 /** What a batch's key says at etcd: a write's nothing; a read's or permit's its mode, and the caller it was put for. */

@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Etcd3, Range } from 'etcd3';
-import { DEFAULT_KEY_PREFIX } from '../../../lib';
+import { DEFAULT_KEY_PREFIX, type EtcdProtocol } from '../../../lib';
 import { createEtcdBackend, type EtcdLockBackend } from '../../../lib/backends/etcd/etcd.backend';
+import { createEtcdLockApiBackend } from '../../../lib/backends/etcd/lock-api/etcd-lock-api.backend';
 import { EtcdCluster } from '../../../servers/etcd-server';
 
 const never = new AbortController().signal;
@@ -16,8 +17,8 @@ const request = (key: string, owner: string) => ({ key, owner, ttlMs: 10_000, si
 describe('etcd backend with authentication (RBAC)', () => {
   let cluster: EtcdCluster;
   const backends: EtcdLockBackend[] = [];
-  const open = (auth: { username: string; password: string }) => {
-    const backend = createEtcdBackend({ type: 'etcd', hosts: cluster.hosts, auth });
+  const open = (auth: { username: string; password: string }, protocol: EtcdProtocol = 'native') => {
+    const backend = protocol === 'lock-api' ? createEtcdLockApiBackend({ type: 'etcd', hosts: cluster.hosts, auth, protocol }) : createEtcdBackend({ type: 'etcd', hosts: cluster.hosts, auth });
     backends.push(backend);
     return backend;
   };
@@ -43,19 +44,21 @@ describe('etcd backend with authentication (RBAC)', () => {
     await cluster.stop();
   });
 
-  it('locks, queues and hands off as a user limited to the key prefix', async () => {
-    const first = open({ username: 'locks', password: 'locks-secret' });
-    const second = open({ username: 'locks', password: 'locks-secret' });
-    const key = `${DEFAULT_KEY_PREFIX}auth`;
-    const held = await first.acquire(request(key, 'first'));
-    const waiting = second.acquire(request(key, 'second'));
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    await first.release(held);
-    const handedOn = await waiting;
-    assert.ok(handedOn.fencingToken > held.fencingToken);
-    assert.equal(await second.renew(handedOn), true);
-    await second.release(handedOn);
-  });
+  for (const protocol of ['native', 'lock-api'] as const) {
+    it(`locks, queues and hands off as a user limited to the key prefix (protocol '${protocol}')`, async () => {
+      const first = open({ username: 'locks', password: 'locks-secret' }, protocol);
+      const second = open({ username: 'locks', password: 'locks-secret' }, protocol);
+      const key = `${DEFAULT_KEY_PREFIX}auth-${protocol}`;
+      const held = await first.acquire(request(key, 'first'));
+      const waiting = second.acquire(request(key, 'second'));
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      await first.release(held);
+      const handedOn = await waiting;
+      assert.ok(handedOn.fencingToken > held.fencingToken);
+      assert.equal(await second.renew(handedOn), true);
+      await second.release(handedOn);
+    });
+  }
 
   it("answers the health check's ping as a user limited to the key prefix, and refuses it with a wrong password", async () => {
     await open({ username: 'locks', password: 'locks-secret' }).ping();

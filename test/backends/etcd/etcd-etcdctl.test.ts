@@ -1,49 +1,17 @@
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { createInterface } from 'node:readline';
+import type { ChildProcess } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
 import type { LockService } from '../../../lib';
 import { moduleLikeService } from '../../support/lock-service-factory';
 import { sleep } from '../../support/timing';
 import { etcdFixture, within } from './etcd-test-kit';
+import { etcdctlLock, settlesWithin } from './etcdctl-peer';
 
 /**
  * Locks shared with `etcdctl lock` (etcd-client 3.4, Go's concurrency.Mutex on the client side),
  * the real client, both ways: the default layout is a promise, not an accident. Our name "n" with
  * the default keyPrefix is etcdctl's "lock:n"; a '/' in a name is "%2F" (docs/etcd.md).
  */
-
-/** An `etcdctl lock` process: `held` resolves with the key it prints once it owns the lock. */
-interface EtcdctlLock {
-  readonly child: ChildProcess;
-  readonly held: Promise<{ key: string; at: number }>;
-  readonly exited: Promise<number | null>;
-}
-
-function etcdctlLock(endpoints: string[], name: string, command: string[] = []): EtcdctlLock {
-  const child = spawn('etcdctl', ['--endpoints', endpoints.join(','), 'lock', name, ...(command.length > 0 ? ['--', ...command] : [])], { env: { ...process.env, ETCDCTL_API: '3' }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stderr = '';
-  child.stderr!.on('data', (chunk) => (stderr += chunk));
-  const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
-  const held = new Promise<{ key: string; at: number }>((resolve, reject) => {
-    const lines = createInterface({ input: child.stdout! });
-    lines.once('line', (key) => resolve({ key, at: performance.now() }));
-    void exited.then((code) => reject(new Error(`etcdctl lock ${name} exited (${code}) before it held the lock: ${stderr}`)));
-  });
-  held.catch(() => undefined);
-  return { child, held, exited };
-}
-
-/** Whether `promise` settled within `ms`. */
-async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let settled = false;
-  void promise.then(
-    () => (settled = true),
-    () => (settled = true),
-  );
-  await sleep(ms);
-  return settled;
-}
 
 describe('etcd backend and etcdctl lock on the same name', () => {
   const etcd = etcdFixture();

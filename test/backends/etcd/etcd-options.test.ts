@@ -40,6 +40,8 @@ describe('etcd backend options', () => {
     ['backend.sessionTtlMs', { sessionTtlMs: 0 }],
     ['backend.sessionTtlMs', { sessionTtlMs: Number.NaN }],
     ['backend.sessionTtlMs', { sessionTtlMs: '5000' }],
+    ['backend.protocol', { protocol: 'lockapi' }],
+    ['backend.protocl', { protocl: 'lock-api' }],
     ['backend.ttl', { ttl: 5 }],
   ];
 

@@ -3,6 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import type { LockService } from '../../../lib';
 import type { EtcdBackendOptions } from '../../../lib/backends/etcd/etcd-options';
 import { createEtcdBackend } from '../../../lib/backends/etcd/etcd.backend';
+import { createEtcdLockApiBackend } from '../../../lib/backends/etcd/lock-api/etcd-lock-api.backend';
 import { EtcdCluster } from '../../../servers/etcd-server';
 import { makeTestCertificates, type TestCertificates } from '../../../servers/test-certificates';
 import { lockServiceOver } from '../../support/lock-service-factory';
@@ -23,7 +24,9 @@ describe('etcd backend over https with client certificates', () => {
   const services: LockService[] = [];
   /** `serverTimeoutMs`: the bound under test, or a wide one where only the outcome counts (a loaded machine's TLS handshakes can take a second). */
   const open = (options: Omit<EtcdBackendOptions, 'type'>, serverTimeoutMs = SERVER_TIMEOUT_MS) => {
-    const service = lockServiceOver(createEtcdBackend({ type: 'etcd', ...options }, { ttlMs: 10_000, serverTimeoutMs }));
+    const settings = { ttlMs: 10_000, serverTimeoutMs };
+    const backend = options.protocol === 'lock-api' ? createEtcdLockApiBackend({ type: 'etcd', ...options }, settings) : createEtcdBackend({ type: 'etcd', ...options }, settings);
+    const service = lockServiceOver(backend);
     services.push(service);
     return service;
   };
@@ -43,6 +46,12 @@ describe('etcd backend over https with client certificates', () => {
     const second = open({ hosts: cluster.hosts, credentials: cluster.credentials }, 10_000);
     // The waiter is granted through its watch on the holder's key: the watch stream is TLS too.
     await handsOverSecured(first, second, 'tls-lock');
+  });
+
+  it("protocol 'lock-api': the waiter's Lock call goes over etcd3's TLS channel, and the lock is handed over", async () => {
+    const first = open({ hosts: cluster.hosts, credentials: cluster.credentials, protocol: 'lock-api' }, 10_000);
+    const second = open({ hosts: cluster.hosts, credentials: cluster.credentials, protocol: 'lock-api' }, 10_000);
+    await handsOverSecured(first, second, 'tls-lock-api');
   });
 
   const refused: Array<{ name: string; options: () => Omit<EtcdBackendOptions, 'type'>; says: RegExp }> = [
