@@ -2,6 +2,7 @@ import { Logger } from '@nestjs/common';
 import { DEFAULT_KEY_PREFIX } from '../../lock-defaults';
 import type { LockHolder, LockInspection } from '../lock-backend.interface';
 import type { RedisConnections } from './redis-connection';
+import { hashTag } from './redis-keys';
 import { RedisScript } from './redis-script';
 
 /** How long a record outlives its last refresh: a process that died leaves it this long at most. */
@@ -29,7 +30,7 @@ export const readHolderRecordsScript = new RedisScript<string[]>(
  * and every record of a prefix hashes to one Cluster slot, so one script reads them all.
  */
 export function holderRecordKey(keyPrefix: string, clientId: string): string {
-  return `{${keyPrefix.replace(/[%{}]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)}}~holder~${clientId}`;
+  return `${hashTag(keyPrefix)}~holder~${clientId}`;
 }
 
 /** The client id an owner id was made by (`<client id>~q<n>` for a queued batch, `~t<n>` for a try), or undefined for another's. */
