@@ -43,6 +43,16 @@ END $$;
 -- Fencing tokens: a sequence never goes back, not even after a crash and restart.
 CREATE SEQUENCE IF NOT EXISTS "public"."distributed_locks_fence";
 
+-- One row per running backend client (a process): its module option holderDescription, which
+-- inspect shows with the locks its entries hold (an entry's owner starts with the client id).
+-- Written at start and refreshed while it runs, never per lock; a row past expires_at is a
+-- process gone, and the live ones delete such rows as they refresh theirs.
+CREATE TABLE IF NOT EXISTS "public"."distributed_locks_clients" (
+  client_id text PRIMARY KEY,
+  description text NOT NULL,
+  expires_at timestamptz NOT NULL
+);
+
 -- The first live waiter of the name gets the lock (the caller holds the name's row lock, and nothing
 -- holds the name): a new token, a lease of its ttl, and one notification on its process's channel;
 -- a read or permit entry first is granted with the entries behind it that may go (admit). NULL: nobody waits.

@@ -9,11 +9,12 @@ export interface BackendSettings {
   readonly serverTimeoutMs: number;
   /**
    * The module's `holderDescription` (host name and pid by default): stored once per session
-   * where a backend keeps sessions at the server (etcd), shown by inspect() with each holder.
-   * Optional for backends built outside the module.
+   * where a backend keeps sessions at the server (etcd, ZooKeeper), else once per process with
+   * an expiry (Redis, Redlock, PostgreSQL), shown by inspect() with each holder. Optional for
+   * backends built outside the module: they store none.
    */
   readonly holderDescription?: string;
-  /** The module's `keyPrefix`: what the backend's records beside the locks are kept under (etcd's holder descriptions). */
+  /** The module's `keyPrefix`: what the backend's records beside the locks are kept under (the holder descriptions of etcd and the Redis family). */
   readonly keyPrefix?: string;
 }
 

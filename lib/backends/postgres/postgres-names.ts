@@ -19,6 +19,7 @@ export function sqlNames({ schema, table }: PostgresNames) {
     acquire: name('_acquire'),
     release: name('_release'),
     holders: name('_holders'),
+    clients: name('_clients'),
     hold: name('_hold'),
     admit: name('_admit'),
     settle: name('_settle'),

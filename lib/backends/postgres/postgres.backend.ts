@@ -14,6 +14,7 @@ import { PostgresCalls } from './postgres-calls';
 import { PostgresEntryStatements } from './postgres-entry-statements';
 import { PostgresListener } from './postgres-listener';
 import { PostgresInspector } from './postgres-inspect';
+import { PostgresHolderRecord } from './postgres-holder-record';
 import { namesOf, postgresAddress, validatePostgresOptions, type PostgresBackendOptions } from './postgres-options';
 import { schemaDdl } from './postgres-schema';
 import { PostgresSafetyNet } from './postgres-safety-net';
@@ -62,6 +63,8 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
   private readonly startupWarning: NodeJS.Timeout;
   private readonly inspector: PostgresInspector;
   private readonly sweeper: NodeJS.Timeout;
+  /** This process's holder description in the clients table, for inspect(). */
+  private readonly record: PostgresHolderRecord;
 
   constructor(
     private readonly pool: Pool,
@@ -87,7 +90,8 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     ]);
     const channel = `lock_${this.clientId}`;
     this.statements = new PostgresEntryStatements(this.calls, sql, modeSql, channel);
-    this.inspector = new PostgresInspector(this.calls, names);
+    this.record = new PostgresHolderRecord(this.calls, names, this.clientId, settings.holderDescription);
+    this.inspector = new PostgresInspector(this.calls, names, () => this.record.tablePresent());
     this.safetyNet = new PostgresSafetyNet<PostgresBatch>(
       (batches) => this.statements.check(batches),
       this.clock,
@@ -114,6 +118,7 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     this.startupWarning.unref();
     this.sweeper = setInterval(() => this.statements.sweep(SWEEP_EVERY_MS), SWEEP_EVERY_MS);
     this.sweeper.unref();
+    this.record.start();
   }
 
   unreachable(): Error | undefined {
@@ -195,7 +200,7 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     for (const held of this.held.values()) entries.add(held.batch);
     this.queues.closeAll(this.lifecycle.closedWhileWaiting());
     this.closing.abort(this.lifecycle.closedWhileHeld());
-    const releases = [...entries].map((batch) => this.letGo(batch));
+    const releases = [...entries].map((batch) => this.letGo(batch)).concat(this.record.remove());
     this.held.clear();
     this.safetyNet.stop();
     this.listener.close();

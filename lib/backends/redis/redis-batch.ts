@@ -10,8 +10,8 @@ export interface EntryLease {
 /**
  * A batch of this process's callers (see Batch) behind one entry in a Redis lock queue: a write
  * entry runs the scripts of redis-lock-scripts.ts, a read or permit entry those of
- * redis-mode-scripts.ts. The entry's owner id is this process's client id with the batch id (or,
- * for a try, the caller's own owner id); its token is the fence the entry took when it queued, so
+ * redis-mode-scripts.ts. The entry's owner id is this process's client id with the batch id
+ * (`~q<n>`, or `~t<n>` for a try); its token is the fence the entry took when it queued, so
  * the n-th caller served under it has the token `(fence << 16) + n`.
  */
 export class RedisBatch extends Batch {

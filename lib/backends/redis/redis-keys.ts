@@ -28,9 +28,14 @@ export interface LockKeys {
 }
 
 export function lockKeys(key: string): LockKeys {
-  const tag = `{${/[%{}]/.test(key) ? key.replace(/[%{}]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`) : key}}`;
+  const tag = hashTag(key);
   const all = [`${tag}:owner`, `${tag}:fence`, `${tag}:queue`, `${tag}:waiters`, `${tag}:alive`] as const;
   return { owner: all[0], fence: all[1], queue: all[2], waiters: all[3], alive: all[4], all, holders: `${tag}:holders`, grants: `${tag}:grants` };
 }
 
 export const keyList = (keys: LockKeys): readonly string[] => keys.all;
+
+/** `{text}` with `%`, `{` and `}` percent-encoded: a hash tag that is all of `text`, and no other text's. */
+export function hashTag(text: string): string {
+  return `{${/[%{}]/.test(text) ? text.replace(/[%{}]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`) : text}}`;
+}

@@ -18,6 +18,7 @@ import { KeyWatches, type KeyWatch } from './redis-key-watches';
 import { forceReleaseRedisLock, inspectRedisLock } from './redis-inspect';
 import { ServerLife } from './server-life';
 import { lifeReply, type LifeReply } from './server-life-scripts';
+import { describedInspection, describeHolders, RedisHolderRecords } from './redis-holder-records';
 
 /**
  * A holder hands the lock to the next caller of its batch at once only when its lease is known
@@ -26,6 +27,8 @@ import { lifeReply, type LifeReply } from './server-life-scripts';
  */
 const MIN_HANDOVER_VALIDITY_MS = 50;
 const logger = new Logger('DistributedLock');
+
+let trySeq = 0;
 
 /**
  * Redis (single node, Sentinel or Cluster): a FIFO queue per lock name with direct handoff.
@@ -72,6 +75,10 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   private readonly commands: RedisCommands;
   /** Finds a restart that lost the data, and keeps the server from granting until old leases ended. */
   private readonly life: ServerLife;
+  /** This process's holder description at Redis, for inspect(); none without a holderDescription. */
+  private readonly records?: RedisHolderRecords;
+  /** Where the holder descriptions are kept (holderRecordKey). */
+  private readonly keyPrefix?: string;
 
   /**
    * Validates and starts connecting in the background: never waits for the server (see
@@ -93,6 +100,8 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     this.life = new ServerLife(this.connections, settings.ttlMs, options.restartProtection !== false, 'redis');
     this.commands = new RedisCommands(this.connections, this.clientId);
     this.address = this.connections.address;
+    this.keyPrefix = settings.keyPrefix;
+    if (settings.holderDescription !== undefined) this.records = new RedisHolderRecords([this.connections], settings.keyPrefix, this.clientId, settings.holderDescription);
     this.listen();
   }
 
@@ -100,9 +109,9 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     return this.connections.unreachable();
   }
 
-  /** Asks Redis, never this process's queues: see redis-inspect.ts. */
-  inspect(key: string): Promise<LockInspection> {
-    return inspectRedisLock(this.connections, key);
+  /** Asks Redis, never this process's queues: see redis-inspect.ts; then the holders' descriptions (redis-holder-records.ts). */
+  async inspect(key: string): Promise<LockInspection> {
+    return describedInspection(await inspectRedisLock(this.connections, key), (holders) => describeHolders(this.connections, this.keyPrefix, holders));
   }
 
   forceRelease(key: string): Promise<boolean> {
@@ -121,9 +130,13 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     return super.acquire(request);
   }
 
-  /** The acquire script of the request's mode without queueing; the try's owner id names its entry. */
+  /**
+   * The acquire script of the request's mode without queueing. The try's entry is named as a
+   * batch's, after this process's client id, so inspect finds its holder description.
+   */
   protected async tryTake(request: Omit<AcquireRequest, 'signal'>, afterLife = false): Promise<LockGrant | null> {
-    const { key, owner, ttlMs } = request;
+    const { key, ttlMs } = request;
+    const owner = `${this.clientId}~t${(trySeq++).toString(36)}`;
     const write = (request.mode ?? 'write') === 'write';
     const sentAt = performance.now();
     const ttl = Math.ceil(ttlMs);
@@ -186,8 +199,8 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     this.closing.abort(this.lifecycle.closedWhileHeld());
     this.held.clear();
     this.entries.clear();
-    const pending = [...this.closingWork, ...holding.map((batch) => this.releaseEntry(batch).catch(() => undefined))];
-    // Best effort, and never long: with the server unreachable, leases and queue entries expire on their own.
+    const pending = [...this.closingWork, ...holding.map((batch) => this.releaseEntry(batch).catch(() => undefined)), this.records?.remove()];
+    // Best effort, and never long: with the server unreachable, leases, queue entries and the holder record expire on their own.
     if (this.connections.unreachable() === undefined) {
       await Promise.race([Promise.all(pending), new Promise((resolve) => setTimeout(resolve, Math.min(2_000, this.connections.serverTimeoutMs)).unref())]);
     }

@@ -34,7 +34,8 @@ export class RedlockMasters {
   constructor(
     options: RedlockBackendOptions,
     settings: BackendSettings,
-    private readonly requestTimeoutMs: number,
+    /** How long one master may take to answer one request (RedlockBackendOptions.requestTimeoutMs). */
+    readonly requestTimeoutMs: number,
     /** What a release or a renewal may wait for: they have no vote to win against the clock. */
     readonly serverTimeoutMs: number,
     channel: string,

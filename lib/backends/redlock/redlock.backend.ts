@@ -7,6 +7,8 @@ import { LocalQueueBackend } from '../../queue/local-queue-backend';
 import { RedlockAcquisition, UNREACHABLE_RETRY_MS, type AcquisitionReport, type AcquisitionTiming } from './redlock-acquisition';
 import { RedlockBatch } from './redlock-batch';
 import { forceReleaseRedlock, inspectRedlock } from './redlock-inspect';
+import { describeRedlockHolders } from './redlock-holder-records';
+import { describedInspection, RedisHolderRecords } from '../redis/redis-holder-records';
 import { RedlockMasters } from './redlock-masters';
 import {
   DEFAULT_DRIFT_FACTOR,
@@ -58,6 +60,8 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
   private readonly closing = new AbortController();
   private readonly timing: AcquisitionTiming;
   private readonly releasing = new Set<Promise<void>>();
+  /** This process's holder description on every master, for inspect(); none without a holderDescription. */
+  private readonly records?: RedisHolderRecords;
 
   constructor(
     options: RedlockBackendOptions,
@@ -77,6 +81,7 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
       safetyNetMs: SAFETY_NET_MS,
       staleAfterMs: 3 * SAFETY_NET_MS + requestTimeoutMs,
     };
+    if (settings.holderDescription !== undefined) this.records = new RedisHolderRecords(this.masters.connections, settings.keyPrefix, this.waiterId, settings.holderDescription);
   }
 
   /** The masters' clocks may run ahead of ours by driftFactor: every local deadline allows for it. */
@@ -89,9 +94,9 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
     return this.masters.unreachable();
   }
 
-  /** The majority's view, asked of every master: see redlock-inspect.ts. */
-  inspect(key: string): Promise<LockInspection> {
-    return inspectRedlock(this.masters, key);
+  /** The majority's view, asked of every master: see redlock-inspect.ts; then the holder's description (redlock-holder-records.ts). */
+  async inspect(key: string): Promise<LockInspection> {
+    return describedInspection(await inspectRedlock(this.masters, key), (holders) => describeRedlockHolders(this.masters, this.settings.keyPrefix, holders));
   }
 
   forceRelease(key: string): Promise<boolean> {
@@ -162,7 +167,7 @@ export class RedlockLockBackend extends LocalQueueBackend<RedlockBatch> implemen
     this.held.clear();
     for (const batch of holding) this.releaseEntry(batch).catch(() => undefined);
     // The releases must leave before the connections close; a dead master does not hold us up.
-    const released = Promise.allSettled([...this.releasing]);
+    const released = Promise.allSettled([...this.releasing, this.records?.remove()]);
     await Promise.race([released, new Promise((resolve) => setTimeout(resolve, this.settings.serverTimeoutMs).unref())]);
     this.masters.close();
   }

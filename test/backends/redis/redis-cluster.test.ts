@@ -7,7 +7,7 @@ import { createBackend } from '../../../lib/backends/registry';
 import { keyList, lockKeys } from '../../../lib/backends/redis/redis-keys';
 import { lockServiceOver } from '../../support/lock-service-factory';
 import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
-import { sleep } from '../../support/timing';
+import { eventually, sleep } from '../../support/timing';
 
 /** Names that would break a naive `{name}` tag: a `}` ends the tag early, `{}` disables it. */
 const AWKWARD_NAMES = ['plain', 'a}b', '}starts', '{wrapped}', 'x{y}z', '%7D', '}'];
@@ -44,6 +44,25 @@ describe('redis backend on Redis Cluster', () => {
       const keys = lockKeys(name);
       const slots = new Set(await Promise.all([...keyList(keys), keys.holders, keys.grants].map((key) => cluster.call('CLUSTER', 'KEYSLOT', key))));
       assert.equal(slots.size, 1, `the keys of "${name}" span slots ${[...slots].join(', ')}`);
+    }
+  });
+
+  it("keeps each process's holder description in one slot, so one script reads every holder's", async () => {
+    const settings = (holderDescription: string) => ({ ttlMs: 30_000, serverTimeoutMs: 5_000, keyPrefix: 'lock:', holderDescription });
+    const pods = [
+      lockServiceOver(await createBackend({ type: 'redis', client: cluster }, settings('cluster-pod-a'))),
+      lockServiceOver(await createBackend({ type: 'redis', client: cluster }, settings('cluster-pod-b'))),
+    ];
+    try {
+      const handles = await Promise.all(pods.map((pod) => pod.acquire('described', { mode: 'read' })));
+      // Two records, two keys: a script naming both is refused (CROSSSLOT) unless they share a slot.
+      await eventually(async () => {
+        const seen = await pods[0].inspect('described');
+        return seen.holders?.map((holder) => holder.description).sort().join() === 'cluster-pod-a,cluster-pod-b';
+      }, 5_000, 'both descriptions', 20);
+      await Promise.all(handles.map((handle) => handle.release()));
+    } finally {
+      await Promise.all(pods.map((pod) => pod.onApplicationShutdown()));
     }
   });
 

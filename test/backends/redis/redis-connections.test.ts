@@ -5,11 +5,11 @@ import { Redis } from 'ioredis';
 import { redisAddress } from '../../../lib/backends/redis/redis-address';
 import { validateRedisOptions } from '../../../lib/backends/redis/redis-options';
 import { createRedisBackend, type RedisLockBackend } from '../../../lib/backends/redis/redis.backend';
-import { lockServiceOver } from '../../support/lock-service-factory';
+import { lockServiceOver, moduleLikeService } from '../../support/lock-service-factory';
 import { startRedisServer, type RedisServer } from '../../../servers/redis-server';
 import { startSentinel } from '../../../servers/redis-sentinel';
 import type { ServerProcess } from '../../../servers/server-process';
-import { sleep } from '../../support/timing';
+import { eventually, sleep } from '../../support/timing';
 
 const never = new AbortController().signal;
 const request = (key: string, owner: string) => ({ key, owner, ttlMs: 10_000, signal: never });
@@ -50,6 +50,8 @@ describe('redis backend connection setups', () => {
         // ioredis' ready check runs INFO; without +info it still connects, with a warning.
         // +ping for the health check (docs/redis.md lists it apart: the locks themselves do not need it).
         '--user', 'locks', 'on', '>s3cret', 'resetkeys', '~{lock:*', '~nest-distributed-lock:life', 'resetchannels', '&nest-distributed-lock:*', '-@all', ...commands.split(' '), '+info', '+ping',
+        // The same, with +hgetall for inspect (docs/redis.md lists it apart).
+        '--user', 'operator', 'on', '>s3cret', 'resetkeys', '~{lock:*', '~nest-distributed-lock:life', 'resetchannels', '&nest-distributed-lock:*', '-@all', ...commands.split(' '), '+info', '+hgetall',
       ]);
     });
     after(() => redis.stop());
@@ -73,6 +75,18 @@ describe('redis backend connection setups', () => {
       await holder.release(); // the five follow in this process, under their entry
       await Promise.all(burst);
       assert.deepEqual(served, [0, 1, 2, 3, 4]);
+    });
+
+    it("keeps its holder description under the same key pattern, and inspect shows it to an operator with +hgetall", async () => {
+      const { service: holder } = await moduleLikeService({ backend: { type: 'redis', url: `redis://locks:s3cret@127.0.0.1:${redis.port}` }, holderDescription: 'acl-pod' });
+      const { service: operator } = await moduleLikeService({ backend: { type: 'redis', url: `redis://operator:s3cret@127.0.0.1:${redis.port}` } });
+      try {
+        const handle = await holder.acquire('acl-described');
+        await eventually(async () => (await operator.inspect('acl-described')).holder?.description === 'acl-pod', 5_000, 'the description', 20);
+        await handle.release();
+      } finally {
+        await Promise.all([holder.onApplicationShutdown(), operator.onApplicationShutdown()]);
+      }
     });
 
     it('with a wrong password, starts, and its first call fails naming the server and the refusal, never the password', async () => {

@@ -8,6 +8,7 @@ import type { AcquireRequest, EntryMode, LockBackend, LockGrant, LockInspection 
 import { RedisBatch } from '../redis-batch';
 import { BatchLeases, isLate } from '../redis-batch-leases';
 import { RedisConnections } from '../redis-connection';
+import { describedInspection, describeHolders, RedisHolderRecords } from '../redis-holder-records';
 import { validateRedisOptions, type RedisBackendOptions } from '../redis-options';
 import type { RedisScript } from '../redis-script';
 import { forceReleasePlainLock, inspectPlainLock } from './redis-plain-inspect';
@@ -19,6 +20,8 @@ import { PlainWaits, RETRY_CAP_MS } from './redis-plain-waits';
 const MIN_HANDOVER_VALIDITY_MS = 50;
 const KEY_CACHE_SIZE = 10_000;
 const logger = new Logger('DistributedLock');
+
+let trySeq = 0;
 
 /**
  * Redis with `protocol: 'plain'`: the lock is the key itself, taken with `SET key value NX PX`
@@ -61,6 +64,10 @@ export class RedisPlainLockBackend extends LocalQueueBackend<RedisBatch> impleme
   private readonly connections: RedisConnections;
   /** A waiter entry not refreshed by a try for this long is gone (its process died): tries come RETRY_CAP_MS apart at most. */
   private readonly staleAfterMs: number;
+  /** This process's holder description at Redis, for inspect(); none without a holderDescription. */
+  private readonly records?: RedisHolderRecords;
+  /** Where the holder descriptions are kept (holderRecordKey). */
+  private readonly keyPrefix?: string;
 
   /** Validates and starts connecting in the background, as the native driver. */
   constructor(options: RedisBackendOptions, settings: BackendSettings) {
@@ -71,14 +78,17 @@ export class RedisPlainLockBackend extends LocalQueueBackend<RedisBatch> impleme
     this.staleAfterMs = 4 * RETRY_CAP_MS + this.connections.serverTimeoutMs;
     this.waits = new PlainWaits(this.connections.client, this.connections.subscriber as ConstructorParameters<typeof PlainWaits>[1], (key) => this.tryAgain(key));
     this.connections.subscriber.on('ready', () => void this.waits.detectKeyspaceEvents());
+    this.keyPrefix = settings.keyPrefix;
+    if (settings.holderDescription !== undefined) this.records = new RedisHolderRecords([this.connections], settings.keyPrefix, this.clientId, settings.holderDescription);
   }
 
   unreachable(): Error | undefined {
     return this.connections.unreachable();
   }
 
-  inspect(key: string): Promise<LockInspection> {
-    return inspectPlainLock(this.connections, this.keysOf(key));
+  /** The key's holder; one of ours with its process's description (redis-holder-records.ts), a plain client's with none. */
+  async inspect(key: string): Promise<LockInspection> {
+    return describedInspection(await inspectPlainLock(this.connections, this.keysOf(key)), (holders) => describeHolders(this.connections, this.keyPrefix, holders));
   }
 
   forceRelease(key: string): Promise<boolean> {
@@ -90,9 +100,10 @@ export class RedisPlainLockBackend extends LocalQueueBackend<RedisBatch> impleme
     await this.connections.ping();
   }
 
-  /** One SET NX, never queued. */
+  /** One SET NX, never queued; its value names this process's client id as a batch's does, so inspect finds its description. */
   protected async tryTake(request: Omit<AcquireRequest, 'signal'>): Promise<LockGrant | null> {
-    const { key, owner } = request;
+    const { key } = request;
+    const owner = `${this.clientId}~t${(trySeq++).toString(36)}`;
     const ttl = Math.ceil(request.ttlMs);
     const sentAt = performance.now();
     let reply: PlainAcquireReply;
@@ -131,7 +142,7 @@ export class RedisPlainLockBackend extends LocalQueueBackend<RedisBatch> impleme
     this.waits.clear();
     this.closing.abort(this.lifecycle.closedWhileHeld());
     this.held.clear();
-    const pending = [...this.closingWork, ...holding.map((batch) => this.releaseBatch(batch).catch(() => undefined))];
+    const pending = [...this.closingWork, ...holding.map((batch) => this.releaseBatch(batch).catch(() => undefined)), this.records?.remove()];
     if (this.connections.unreachable() === undefined) {
       await Promise.race([Promise.all(pending), new Promise((resolve) => setTimeout(resolve, Math.min(2_000, this.connections.serverTimeoutMs)).unref())]);
     }
