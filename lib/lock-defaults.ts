@@ -25,3 +25,10 @@ export function defaultHolderDescription(): string {
 
 /** A `holderDescription` longer than this is a LockConfigError: it is stored with each session. */
 export const MAX_HOLDER_DESCRIPTION_LENGTH = 256;
+/**
+ * How long a backend's holder record (Redis, Redlock, PostgreSQL) outlives its last refresh, so a
+ * process that died leaves it this long at most; it is refreshed every third of that, as leases
+ * are renewed, so one failed refresh leaves another before it ends.
+ */
+export const HOLDER_RECORD_TTL_MS = 60_000;
+export const HOLDER_RECORD_REFRESH_MS = HOLDER_RECORD_TTL_MS / 3;

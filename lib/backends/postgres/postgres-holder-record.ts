@@ -1,11 +1,8 @@
 import { Logger } from '@nestjs/common';
+import { HOLDER_RECORD_REFRESH_MS, HOLDER_RECORD_TTL_MS } from '../../lock-defaults';
 import type { PostgresCalls } from './postgres-calls';
 import { sqlNames, type PostgresNames } from './postgres-names';
 
-/** How long a row outlives its last refresh: a process that died leaves it this long at most. */
-export const HOLDER_RECORD_TTL_MS = 60_000;
-/** A third of the row's life, as leases are renewed: a refresh that fails leaves another before it ends. */
-const REFRESH_EVERY_MS = HOLDER_RECORD_TTL_MS / 3;
 
 /** Every client id is 18 hex digits (72 random bits), and every entry's owner starts with its client's. */
 export const CLIENT_ID_LENGTH = 18;
@@ -14,7 +11,7 @@ const logger = new Logger('DistributedLock');
 
 /**
  * This backend client's row in `<table>_clients` (its holder description, for inspect): upserted
- * when the backend starts and every REFRESH_EVERY_MS with an expiry, so nothing is written per
+ * when the backend starts and every HOLDER_RECORD_REFRESH_MS with an expiry, so nothing is written per
  * lock and no lock statement waits for it; deleted at close. Also answers whether that table
  * exists: a schema made by an older version with `createSchema: false` lacks it, and then no
  * row is written and inspect reads none. Best effort throughout: a failure only means inspect
@@ -50,7 +47,7 @@ export class PostgresHolderRecord {
   start(): void {
     if (this.description === undefined) return;
     void this.write();
-    this.timer = setInterval(() => void this.write(), REFRESH_EVERY_MS);
+    this.timer = setInterval(() => void this.write(), HOLDER_RECORD_REFRESH_MS);
     this.timer.unref();
   }
 

@@ -1,14 +1,10 @@
 import { Logger } from '@nestjs/common';
-import { DEFAULT_KEY_PREFIX } from '../../lock-defaults';
+import { DEFAULT_KEY_PREFIX, HOLDER_RECORD_REFRESH_MS, HOLDER_RECORD_TTL_MS } from '../../lock-defaults';
 import type { LockHolder, LockInspection } from '../lock-backend.interface';
 import type { RedisConnections } from './redis-connection';
 import { hashTag } from './redis-keys';
 import { RedisScript } from './redis-script';
 
-/** How long a record outlives its last refresh: a process that died leaves it this long at most. */
-export const HOLDER_RECORD_TTL_MS = 60_000;
-/** A third of the record's life, as leases are renewed: a refresh that fails leaves another before it ends. */
-const REFRESH_EVERY_MS = HOLDER_RECORD_TTL_MS / 3;
 
 /** The 16 base64url characters (96 random bits) that every owner id of one backend client starts with. */
 const CLIENT_ID = /^([A-Za-z0-9_-]{16})~/;
@@ -40,7 +36,7 @@ export function clientIdOf(owner: string): string | undefined {
 
 /**
  * One backend client's holder description at Redis (on each Redlock master): written when the
- * backend starts and every REFRESH_EVERY_MS with an expiry, so nothing is written per lock and no
+ * backend starts and every HOLDER_RECORD_REFRESH_MS with an expiry, so nothing is written per lock and no
  * lock call waits for it; removed at close. Best effort throughout: a write that fails (a server
  * down, an ACL that refuses the key) only means inspect shows no description until one succeeds.
  */
@@ -57,7 +53,7 @@ export class RedisHolderRecords {
   ) {
     this.key = holderRecordKey(keyPrefix ?? DEFAULT_KEY_PREFIX, clientId);
     this.write();
-    this.timer = setInterval(() => this.write(), REFRESH_EVERY_MS);
+    this.timer = setInterval(() => this.write(), HOLDER_RECORD_REFRESH_MS);
     this.timer.unref();
   }
 
