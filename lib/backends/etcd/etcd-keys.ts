@@ -19,8 +19,8 @@ export interface LockKeys {
   /** What names `own` below the lease id, for a session's entries (EntrySlots). */
   readonly slot?: EntrySlot;
   /**
-   * Lock-delay keys of the name: `/lock-delay/<escaped name>/...`. A holder with a lock-delay
-   * puts `delayOwn` there (`/lock-delay/<escaped name>/<lease id, hex>/<entry>`) on a lease that
+   * Lock-delay keys of the name: `<escaped name>%delay/...`. A holder with a lock-delay
+   * puts `delayOwn` there (`<escaped name>%delay/<lease id, hex>/<entry>`) on a lease that
    * outlives its session by the delay (DelayLeases), and deletes it with its lock key. Outside
    * every contender range: no escaped name starts with '/'.
    */
@@ -37,16 +37,27 @@ export function lockKeys(name: string, leaseId: string, entry: string, slot?: En
   return { start, end, own, slot, ...delayRange(start, end), delayOwn: lockDelayMs > 0 ? delayKeyFor(own) : undefined };
 }
 
-const DELAY_ROOT = Buffer.from('/lock-delay/');
+/**
+ * Put between the escaped name and its '/': under the name, so under the keyPrefix a user's
+ * permissions are limited to, yet in no contender range, since an escaped name never has a '%'
+ * that is not followed by '25' or '2F'.
+ */
+const DELAY_MARK = Buffer.from('%delay');
 
 /** The name's lock-delay keys (LockKeys.delayStart and delayEnd), given its contender range. */
 function delayRange(start: Buffer, end: Buffer): Pick<LockKeys, 'delayStart' | 'delayEnd'> {
-  return { delayStart: Buffer.concat([DELAY_ROOT, start]), delayEnd: Buffer.concat([DELAY_ROOT, end]) };
+  return { delayStart: withDelayMark(start), delayEnd: withDelayMark(end) };
+}
+
+/** `<escaped name>` + DELAY_MARK + the rest, for any key or range bound that starts with the escaped name and its '/' (or the byte after it). */
+function withDelayMark(key: Buffer): Buffer {
+  const nameEnd = key.indexOf('/') === -1 ? key.length - 1 : key.indexOf('/');
+  return Buffer.concat([key.subarray(0, nameEnd), DELAY_MARK, key.subarray(nameEnd)]);
 }
 
 /** The lock-delay key of the entry whose lock key is `own` (see LockKeys.delayOwn). */
 export function delayKeyFor(own: Buffer): Buffer {
-  return Buffer.concat([DELAY_ROOT, own]);
+  return withDelayMark(own);
 }
 
 /**

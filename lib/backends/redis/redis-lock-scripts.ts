@@ -87,9 +87,11 @@ end
 -- from it, never from when the message is read); frees the key only when no live waiter is left. Entries of waiters
 -- that gave up (no longer in the waiters hash) and of dead processes (alive deadline passed)
 -- are skipped, never waited for.
-local function hand_off()
-  -- A lease that ran out unreleased holds the name for its lock-delay (a release deletes DELAY first).
-  if redis.call('exists', DELAY) == 1 then return end
+-- released: the holder let go (a release, a cancel, an operator's release), which ends its delay
+-- and leaves no other (none could be granted while one ran), so there is nothing to look for.
+local function hand_off(released)
+  -- A lease that ran out unreleased holds the name for its lock-delay.
+  if not released and redis.call('exists', DELAY) == 1 then return end
   local now
   while true do
     local owner = redis.call('lpop', KEYS[3])
@@ -211,7 +213,7 @@ if redis.call('llen', KEYS[3]) == 0 then
   return 1
 end
 ${COMMON}
-hand_off()
+hand_off(true)
 return 1
 `,
 );
@@ -260,7 +262,7 @@ if value then
   local _, owner = split(value)
   if owner == ARGV[1] then
     redis.call('del', DELAY)
-    hand_off()
+    hand_off(true)
     return 1
   end
   -- Readers or permits hold: entries behind this one may go now.

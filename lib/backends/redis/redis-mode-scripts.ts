@@ -208,7 +208,7 @@ if not value then return 0 end
 if value ~= SHARED then
   -- An operator's release, as the holder's own: its lock-delay ends with it.
   redis.call('del', DELAY)
-  hand_off()
+  hand_off(true)
   return 1
 end
 redis.call('del', HOLDERS, GRANTS, KEYS[1])
