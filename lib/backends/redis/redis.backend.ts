@@ -15,6 +15,8 @@ import { validateRedisOptions, type RedisBackendOptions } from './redis-options'
 import { ownerValue, RedisCommands } from './redis-commands';
 import { KeyWatches, type KeyWatch } from './redis-key-watches';
 import { forceReleaseRedisLock, inspectRedisLock } from './redis-inspect';
+import { ReconnectCheck } from './reconnect-check';
+import { ReleaseRetries } from './release-retries';
 import { ServerLife } from './server-life';
 import { lifeReply, type LifeReply } from './server-life-scripts';
 
@@ -66,6 +68,8 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   private readonly commands: RedisCommands;
   /** Finds a restart that lost the data, and keeps the server from granting until old leases ended. */
   private readonly life: ServerLife;
+  /** Releases lost with the connection, sent again once it is back. */
+  private readonly releaseRetries = new ReleaseRetries((key, value, write) => this.releaseValue(key, value, write));
 
   /**
    * Validates and starts connecting in the background: never waits for the server (see
@@ -80,12 +84,16 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     });
     validateRedisOptions(options);
     this.connections = new RedisConnections(options, settings, this.channel, () => {
-      this.life.reconnected();
-      // Grants published while the subscriber was reconnecting are lost: check every waiting key now.
+      // Grants published while the subscriber was reconnecting are lost: check every waiting key
+      // now (after ReconnectCheck, like every script that may grant).
       for (const key of this.watches.keys()) this.watches.schedule(key, -1, 0);
     });
     this.life = new ServerLife(this.connections, settings.ttlMs, options.restartProtection !== false, 'redis');
-    this.commands = new RedisCommands(this.connections, this.clientId);
+    // A Cluster's scripts carry no life marker (see LIFE_KEY): nothing to check there.
+    const cluster = (this.connections.client as { isCluster?: boolean }).isCluster === true;
+    const reconnects = cluster ? undefined : new ReconnectCheck(this.connections, this.life);
+    this.commands = new RedisCommands(this.connections, this.clientId, () => reconnects?.before());
+    this.connections.client.on('ready', () => this.releaseRetries.reconnected());
     this.address = this.connections.address;
     this.listen();
   }
@@ -158,6 +166,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     const held = this.heldFor(grant);
     if (!held || !this.lifecycle.isOpen) return false;
     held.ttlMs = Math.ceil(ttlMs);
+    this.life.asked(held.ttlMs);
     const batch = held.batch;
     return (await this.renewEntry(batch, batch.mode === 'read' ? this.entryTtl(batch)! : held.ttlMs, 'renew')) === 1;
   }
@@ -180,6 +189,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     this.closing.abort(this.lifecycle.closedWhileHeld());
     this.held.clear();
     this.entries.clear();
+    this.releaseRetries.clear();
     const pending = [...this.closingWork, ...holding.map((batch) => this.releaseEntry(batch).catch(() => undefined))];
     // Best effort, and never long: with the server unreachable, leases and queue entries expire on their own.
     if (this.connections.unreachable() === undefined) {
@@ -248,9 +258,21 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     return new RedisBatch(name, id, this.clientId + id);
   }
 
-  /** The release script of the entry's mode. */
+  /**
+   * The release script of the entry's mode; one that could not reach the server is sent again
+   * once the connection is back (ReleaseRetries), while the entry's lease may still be there.
+   */
   private releaseEntry(batch: RedisBatch): Promise<void> {
-    return batch.mode === 'write' ? this.commands.release(batch.key, batch.ownerValue) : this.commands.releaseMode(batch.key, batch.ownerValue);
+    const { key, ownerValue } = batch;
+    const write = batch.mode === 'write';
+    return this.releaseValue(key, ownerValue, write).catch((error) => {
+      if (this.lifecycle.isOpen) this.releaseRetries.failed(key, ownerValue, write, performance.now() + this.life.longestTtlMs, error);
+      throw error;
+    });
+  }
+
+  private releaseValue(key: string, value: string, write: boolean): Promise<void> {
+    return write ? this.commands.release(key, value) : this.commands.releaseMode(key, value);
   }
 
   /** The cancel script of the entry's mode; `quiet` after a failure, when the server may well be down. */
