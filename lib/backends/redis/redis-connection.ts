@@ -126,7 +126,7 @@ export class RedisConnections {
       };
       // Not with Sentinel, whose connector ioredis picks itself (a Connector option would replace it).
       const connector = userOptions?.sentinels ? undefined : guardedConnector();
-      const clientOptions = { ...failFast(settings.serverTimeoutMs), ...(connector ? { Connector: connector } : {}), ...userOptions } as import('ioredis').RedisOptions;
+      const clientOptions = { ...failFast(settings.serverTimeoutMs), ...(connector ? { Connector: connector } : { failoverDetector: true }), ...userOptions } as import('ioredis').RedisOptions;
       this.client = (options.url ? new Redis(options.url, clientOptions) : new Redis(clientOptions)) as unknown as RedisConnection;
       this.watchErrors(this.client);
       this.client.on('ready', this.forgetError);
@@ -442,7 +442,10 @@ export function reconnectDelayMs(attempt: number): number {
 }
 
 /**
- * What our own connections are given unless `options` says otherwise: connecting takes at most
+ * What our own connections are given unless `options` says otherwise (and, through Sentinel,
+ * ioredis' `failoverDetector`: after a failover that leaves the old primary up and taking writes
+ * until the sentinels demote it, seconds later, the connections move to the new primary as soon
+ * as a sentinel announces it; see docs/redis.md, "Sentinel failover"): connecting takes at most
  * serverTimeoutMs (each command too, by CommandTimeouts), a command is never sent again after a reconnection
  * (`maxRetriesPerRequest: 0`: a script whose caller was already told it failed must not run
  * later), and reconnection attempts come at most about a second apart. Commands made while

@@ -13,7 +13,8 @@ const newLifeId = () => randomBytes(9).toString('base64url');
  * marker is written, the caller asks again); a server it saw with one lost its data, and is
  * closed to every grant for the longest ttl this process knows of, which outlasts every lease
  * of the former life (a holder's lease counts from before the loss). Each process that knew the
- * server extends the quarantine to its own longest ttl as it reconnects.
+ * server extends the quarantine to its own longest ttl as it reconnects. A replica promoted by a
+ * failover (ReconnectCheck) is closed the same way, whatever its marker says.
  */
 export class ServerLife {
   /** The id of the life this process saw, once read. */
