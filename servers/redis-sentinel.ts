@@ -111,15 +111,6 @@ export class RedisSentinelGroup {
     }
   }
 
-  /**
-   * `SENTINEL FAILOVER`: the replica is promoted while the primary is up. The old primary keeps
-   * taking writes until the sentinel demotes it (seconds later), so a client that stays on it
-   * writes what the new primary never gets.
-   */
-  async switchover(): Promise<void> {
-    await redisCall(this.sentinel.port, ['SENTINEL', 'FAILOVER', this.name]);
-  }
-
   /** Resolves once the replica has applied everything the primary wrote (their replication offsets agree). */
   async untilReplicaCaughtUp(timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;

@@ -29,11 +29,15 @@ export class ReconnectCheck {
     private readonly life: ServerLife,
   ) {
     const client = connections.client;
-    client.on('close', () => {
-      if (this.readyOnce) this.closes++;
-    });
-    client.on('ready', () => this.ready());
+    client.on('close', this.closed);
+    client.on('ready', this.ready);
     if (client.status === 'ready') this.ready();
+  }
+
+  /** Leaves the client as it was (a user-supplied client outlives the backend). */
+  close(): void {
+    this.connections.client.removeListener('close', this.closed);
+    this.connections.client.removeListener('ready', this.ready);
   }
 
   /**
@@ -49,7 +53,11 @@ export class ReconnectCheck {
     return (this.running ??= this.run());
   }
 
-  private ready(): void {
+  private readonly closed = (): void => {
+    if (this.readyOnce) this.closes++;
+  };
+
+  private readonly ready = (): void => {
     if (!this.readyOnce) {
       this.readyOnce = true;
       // The first connection: the id is only recorded; nothing waits for it.
@@ -57,7 +65,7 @@ export class ReconnectCheck {
     } else if (this.closes !== this.checkedCloses) {
       void (this.running ??= this.run()).catch(() => undefined);
     }
-  }
+  };
 
   private async run(): Promise<void> {
     const closes = this.closes;

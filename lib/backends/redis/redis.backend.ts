@@ -70,6 +70,9 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   private readonly life: ServerLife;
   /** Releases lost with the connection, sent again once it is back. */
   private readonly releaseRetries = new ReleaseRetries((key, value, write) => this.releaseValue(key, value, write));
+  private readonly sendReleasesAgain = (): void => this.releaseRetries.reconnected();
+  /** The check of each reconnection that scripts which may grant wait for; none on a Cluster. */
+  private readonly reconnects?: ReconnectCheck;
 
   /**
    * Validates and starts connecting in the background: never waits for the server (see
@@ -91,9 +94,9 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     this.life = new ServerLife(this.connections, settings.ttlMs, options.restartProtection !== false, 'redis');
     // A Cluster's scripts carry no life marker (see LIFE_KEY): nothing to check there.
     const cluster = (this.connections.client as { isCluster?: boolean }).isCluster === true;
-    const reconnects = cluster ? undefined : new ReconnectCheck(this.connections, this.life);
-    this.commands = new RedisCommands(this.connections, this.clientId, () => reconnects?.before());
-    this.connections.client.on('ready', () => this.releaseRetries.reconnected());
+    this.reconnects = cluster ? undefined : new ReconnectCheck(this.connections, this.life);
+    this.commands = new RedisCommands(this.connections, this.clientId, () => this.reconnects?.before());
+    this.connections.client.on('ready', this.sendReleasesAgain);
     this.address = this.connections.address;
     this.listen();
   }
@@ -190,6 +193,8 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     this.held.clear();
     this.entries.clear();
     this.releaseRetries.clear();
+    this.connections.client.removeListener('ready', this.sendReleasesAgain);
+    this.reconnects?.close();
     const pending = [...this.closingWork, ...holding.map((batch) => this.releaseEntry(batch).catch(() => undefined))];
     // Best effort, and never long: with the server unreachable, leases and queue entries expire on their own.
     if (this.connections.unreachable() === undefined) {
@@ -340,13 +345,14 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   /**
    * The server granted nothing for its life check: the entry waits as one whose queue vanished,
    * and the safety check puts it in the queue (or grants it) once the marker is written or the
-   * quarantine is over.
+   * quarantine is over. Meanwhile the check comes at its usual period, not only at the end: it
+   * keeps this process's waiters alive and finds a grant a release handed over.
    */
   private waitOutLife(batch: RedisBatch, reply: LifeReply): void {
     if (this.isWaiting(batch)) {
       this.watches.add(batch);
       void this.life.after(reply).then(
-        (waitMs) => this.watches.schedule(batch.key, -1, waitMs),
+        (waitMs) => this.watches.schedule(batch.key, waitMs),
         () => this.watches.schedule(batch.key, -1),
       );
     }
@@ -458,7 +464,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     try {
       const reply = await this.commands.check(key, this.watches.staleAfter(key, watch.shortestTtlMs), waiting);
       const life = lifeReply(reply);
-      if (life) return this.watches.schedule(key, -1, await this.life.after(life));
+      if (life) return this.watches.schedule(key, await this.life.after(life));
       const [ownerPttlMs, granted, , serverMs] = reply as Exclude<typeof reply, LifeReply>;
       watch.clock.sample(serverMs, sentAt);
       // Granted at some earlier time: the lease ends ownerPttlMs after serverMs, so it began a ttl before that.
@@ -477,7 +483,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     try {
       const reply = await this.commands.checkModes(key, this.watches.staleAfter(key, watch.shortestTtlMs), waiting);
       const life = lifeReply(reply);
-      if (life) return this.watches.schedule(key, -1, await this.life.after(life));
+      if (life) return this.watches.schedule(key, await this.life.after(life));
       const [nextChangeMs, granted, , serverMs] = reply as Exclude<typeof reply, LifeReply>;
       watch.clock.sample(serverMs, sentAt);
       // {owner, fence, grantedAtMs} of each entry granted: its lease began then, by the server's clock.
