@@ -11,13 +11,16 @@
 export const MICROSECONDS_PER_FENCE = 32;
 
 /**
- * Lua: after `<fence> = INCR <counterKey>`, a counter that was just made (1) is moved to the
- * epoch of the server's clock. Inline, not a function: Lua makes a closure per function on every run.
+ * Lua: after `<fence> = INCR <counterKey>`, a counter that was just made (1), or one at or below
+ * the life marker's fence floor (a counter a promoted replica had from before the failover:
+ * `fence_floor`, set by lifeCheckLua, which every script that takes a fence begins with), is
+ * moved to the epoch of the server's clock, and above the floor. Inline, not a function: Lua
+ * makes a closure per function on every run.
  */
 export function fenceEpochLua(fence: string, counterKey: string): string {
-  return `if ${fence} == 1 then
+  return `if ${fence} == 1 or ${fence} <= fence_floor then
   local clock = redis.call('time')
-  ${fence} = math.floor((tonumber(clock[1]) * 1000000 + tonumber(clock[2])) / ${MICROSECONDS_PER_FENCE})
+  ${fence} = math.max(fence_floor + 1, math.floor((tonumber(clock[1]) * 1000000 + tonumber(clock[2])) / ${MICROSECONDS_PER_FENCE}))
   redis.call('set', ${counterKey}, string.format('%d', ${fence}))
 end`;
 }

@@ -59,6 +59,8 @@ export class RedisCommands {
   constructor(
     private readonly connections: RedisConnections,
     private readonly clientId: string,
+    /** What a script that may grant waits for first, if anything (ReconnectCheck.before). */
+    private readonly beforeGrant: () => Promise<void> | undefined = () => undefined,
   ) {
     const cluster = (connections.client as { isCluster?: boolean }).isCluster === true;
     this.lifeKeys = cluster ? [] : [LIFE_KEY];
@@ -69,11 +71,15 @@ export class RedisCommands {
 
   /** The acquire script without queueing (see AcquireReply). */
   tryAcquire(key: string, owner: string, ttlMs: number, lockDelayMs = 0): Promise<AcquireReply> {
+    const before = this.beforeGrant();
+    if (before) return before.then(() => this.tryAcquire(key, owner, ttlMs, lockDelayMs));
     return this.run(acquireScript, 'try to acquire', key, [owner, leaseField(ttlMs, lockDelayMs)], this.grantingKeys(key));
   }
 
   /** The acquire script for an entry that may queue, its answer handed to `answered`. */
   acquire(key: string, owner: string, ttlMs: number, lockDelayMs: number, staleAfterMs: number, answered: Answered<AcquireReply>): void {
+    const before = this.beforeGrant();
+    if (before) return void before.then(() => this.acquire(key, owner, ttlMs, lockDelayMs, staleAfterMs, answered), (error: Error) => answered(error, undefined, 0));
     const args = [owner, leaseField(ttlMs, lockDelayMs), `${staleAfterMs} ${this.clientId}`];
     this.connections.runCallTo(acquireScript.call(this.grantingKeys(key), args), 'acquire', key, answered);
   }
@@ -119,7 +125,9 @@ export class RedisCommands {
     return this.leave(cancelScript, key, owner, quiet);
   }
 
-  check(key: string, staleAfterMs: number, entries: Iterable<QueueEntry>) {
+  check(key: string, staleAfterMs: number, entries: Iterable<QueueEntry>): ReturnType<typeof checkScript.run> {
+    const before = this.beforeGrant();
+    if (before) return before.then(() => this.check(key, staleAfterMs, entries));
     const args: (string | number)[] = [this.clientId, staleAfterMs];
     for (const entry of entries) args.push(entry.owner, leaseField(entry.ttlMs, entry.lockDelayMs));
     return this.run(checkScript, 'check the queue of', key, args, this.grantingKeys(key));
@@ -127,6 +135,8 @@ export class RedisCommands {
 
   /** The mode acquire script (see ModeAcquireReply); it queues when `staleAfterMs` is given. */
   acquireMode(key: string, owner: string, ttlMs: number, mode: string, staleAfterMs?: number): Promise<ModeAcquireReply> {
+    const before = this.beforeGrant();
+    if (before) return before.then(() => this.acquireMode(key, owner, ttlMs, mode, staleAfterMs));
     const args = staleAfterMs === undefined ? [owner, ttlMs, mode] : [owner, ttlMs, mode, `${staleAfterMs} ${this.clientId}`];
     return this.run(modeAcquireScript, staleAfterMs === undefined ? 'try to acquire' : 'acquire', key, args, this.grantingKeys(key));
   }
@@ -146,7 +156,9 @@ export class RedisCommands {
     return this.leave(modeCancelScript, key, owner, quiet);
   }
 
-  checkModes(key: string, staleAfterMs: number, entries: Iterable<ModeQueueEntry>) {
+  checkModes(key: string, staleAfterMs: number, entries: Iterable<ModeQueueEntry>): ReturnType<typeof modeCheckScript.run> {
+    const before = this.beforeGrant();
+    if (before) return before.then(() => this.checkModes(key, staleAfterMs, entries));
     const args: (string | number)[] = [this.clientId, staleAfterMs];
     for (const entry of entries) args.push(entry.owner, entry.ttlMs, entry.scriptMode);
     return this.run(modeCheckScript, 'check the queue of', key, args, this.grantingKeys(key));

@@ -15,6 +15,7 @@ import { isNoScript, type RedisScript, type ScriptCall } from './redis-script';
 export interface RedisConnection extends RedisClientLike {
   subscribe(...channels: string[]): Promise<unknown>;
   on(event: string, listener: (...args: any[]) => void): unknown;
+  removeListener(event: string, listener: (...args: any[]) => void): unknown;
   disconnect(): void;
   /** ioredis' connection state: 'ready' once commands are answered. */
   readonly status?: string;
@@ -132,12 +133,15 @@ export class RedisConnections {
       this.client.on('ready', this.forgetError);
     }
     // Our client's commands are bounded by runScript and ping, its SUBSCRIBE by ioredis as before.
-    this.subscriber = (this.ownCommands ? this.client.duplicate({ commandTimeout: settings.serverTimeoutMs }) : this.client.duplicate()) as RedisConnection;
+    // Subscribed again by us after a reconnection, not by ioredis, whose SUBSCRIBE then has no
+    // handler: a connection closed again at that moment (a failover) rejected it unhandled.
+    const subscriberOptions = { autoResubscribe: false, ...(this.ownCommands ? { commandTimeout: settings.serverTimeoutMs } : {}) };
+    this.subscriber = this.client.duplicate(subscriberOptions) as RedisConnection;
     // Our own connection: its errors are kept for unreachable(), never left unhandled.
     this.watchErrors(this.subscriber);
     this.subscriber.on('ready', () => {
       this.forgetError();
-      if (this.subscribed) this.onResubscribed();
+      if (this.subscribed) this.resubscribe();
       else this.subscribe();
     });
     this.subscribe();
@@ -377,7 +381,7 @@ export class RedisConnections {
 
   /**
    * SUBSCRIBE, once at a time; one that failed (the server was down) is sent again on the
-   * subscriber's next 'ready'. Once subscribed, ioredis subscribes again after each reconnection.
+   * subscriber's next 'ready'. Once subscribed, resubscribe() subscribes again after each reconnection.
    */
   private subscribe(): void {
     if (this.subscribing || this.subscribed || this.closed) return;
@@ -395,6 +399,19 @@ export class RedisConnections {
         this.subscribing = false;
         this.lastError ??= error;
       },
+    );
+  }
+
+  /**
+   * The subscriber came back: SUBSCRIBE again, and once the server has it, tell the backend
+   * (grants published before then are lost). Failing, the next 'ready' does it again.
+   */
+  private resubscribe(): void {
+    this.subscriber.subscribe(this.channel).then(
+      () => {
+        if (!this.closed) this.onResubscribed();
+      },
+      () => undefined,
     );
   }
 

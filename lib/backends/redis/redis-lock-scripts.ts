@@ -286,11 +286,20 @@ return 0
  */
 export const checkScript = new RedisScript<[number, string[], string[], number] | LifeReply>(
   'check',
-  `${lifeCheckLua(6)}${COMMON}
+  `${lifeCheckLua(6, undefined, 'quarantined')}${COMMON}
 local now = now_ms()
 mark_alive(ARGV[1], tonumber(ARGV[2]), now)
-hand_off_if_expired()
 local holder, holder_fence
+if quarantined then
+  -- Closed to new grants: only one made already (a release's hand-off) is reported.
+  local value = redis.call('get', KEYS[1])
+  if value then holder_fence, holder = split(value) end
+  for i = 3, #ARGV, 2 do
+    if ARGV[i] == holder then return {redis.call('pttl', KEYS[1]), {holder, holder_fence}, {}, now} end
+  end
+  return quarantined
+end
+hand_off_if_expired()
 local value = redis.call('get', KEYS[1])
 if value then holder_fence, holder = split(value) end
 local granted, requeued = {}, {}

@@ -137,10 +137,11 @@ return granted
  */
 export const modeCheckScript = new RedisScript<[number, string[], string[], number] | LifeReply>(
   'check (mode)',
-  `${lifeCheckLua(6)}${MODES}${NEXT_CHANGE}
+  `${lifeCheckLua(6, undefined, 'quarantined')}${MODES}${NEXT_CHANGE}
 local now = now_ms()
 mark_alive(ARGV[1], tonumber(ARGV[2]), now)
-if not writer_holds() then grant_queue(now) end
+-- Closed to new grants (quarantined): only those made already (a release's hand-off) are reported.
+if not quarantined and not writer_holds() then grant_queue(now) end
 local granted, requeued = {}, {}
 for i = 3, #ARGV, 3 do
   local owner = ARGV[i]
@@ -152,12 +153,13 @@ for i = 3, #ARGV, 3 do
     granted[#granted + 1] = owner
     granted[#granted + 1] = fence
     granted[#granted + 1] = granted_at
-  elseif redis.call('hexists', KEYS[4], owner) == 0 then
+  elseif not quarantined and redis.call('hexists', KEYS[4], owner) == 0 then
     redis.call('rpush', KEYS[3], owner)
     redis.call('hset', KEYS[4], owner, ARGV[i + 1] .. ' ' .. ARGV[1] .. ' ' .. next_fence() .. ' ' .. ARGV[i + 2])
     requeued[#requeued + 1] = owner
   end
 end
+if quarantined and #granted == 0 then return quarantined end
 if #requeued > 0 and not writer_holds() then grant_queue(now) end
 return {next_change(now), granted, requeued, now}
 `,

@@ -16,6 +16,8 @@ import { validateRedisOptions, type RedisBackendOptions } from './redis-options'
 import { ownerValue, RedisCommands } from './redis-commands';
 import { KeyWatches, type KeyWatch } from './redis-key-watches';
 import { forceReleaseRedisLock, inspectRedisLock } from './redis-inspect';
+import { ReconnectCheck } from './reconnect-check';
+import { ReleaseRetries } from './release-retries';
 import { ServerLife } from './server-life';
 import { lifeReply, type LifeReply } from './server-life-scripts';
 import { describedInspection, describeHolders, RedisHolderRecords } from './redis-holder-records';
@@ -79,6 +81,11 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   private readonly records?: RedisHolderRecords;
   /** Where the holder descriptions are kept (holderRecordKey). */
   private readonly keyPrefix?: string;
+  /** Releases lost with the connection, sent again once it is back. */
+  private readonly releaseRetries = new ReleaseRetries((key, value, write) => this.releaseValue(key, value, write, true));
+  private readonly sendReleasesAgain = (): void => this.releaseRetries.reconnected();
+  /** The check of each reconnection that scripts which may grant wait for; none on a Cluster. */
+  private readonly reconnects?: ReconnectCheck;
 
   /**
    * Validates and starts connecting in the background: never waits for the server (see
@@ -93,12 +100,16 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     });
     validateRedisOptions(options);
     this.connections = new RedisConnections(options, settings, this.channel, () => {
-      this.life.reconnected();
-      // Grants published while the subscriber was reconnecting are lost: check every waiting key now.
+      // Grants published while the subscriber was reconnecting are lost: check every waiting key
+      // now (after ReconnectCheck, like every script that may grant).
       for (const key of this.watches.keys()) this.watches.schedule(key, -1, 0);
     });
     this.life = new ServerLife(this.connections, settings.ttlMs, options.restartProtection !== false, 'redis');
-    this.commands = new RedisCommands(this.connections, this.clientId);
+    // A Cluster's scripts carry no life marker (see LIFE_KEY): nothing to check there.
+    const cluster = (this.connections.client as { isCluster?: boolean }).isCluster === true;
+    this.reconnects = cluster ? undefined : new ReconnectCheck(this.connections, this.life);
+    this.commands = new RedisCommands(this.connections, this.clientId, () => this.reconnects?.before());
+    this.connections.client.on('ready', this.sendReleasesAgain);
     this.address = this.connections.address;
     this.keyPrefix = settings.keyPrefix;
     if (settings.holderDescription !== undefined) this.records = new RedisHolderRecords([this.connections], settings.keyPrefix, this.clientId, settings.holderDescription);
@@ -177,6 +188,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     const held = this.heldFor(grant);
     if (!held || !this.lifecycle.isOpen) return false;
     held.ttlMs = Math.ceil(ttlMs);
+    this.life.asked(held.ttlMs);
     const batch = held.batch;
     return (await this.renewEntry(batch, batch.mode === 'read' ? this.entryTtl(batch)! : held.ttlMs, 'renew')) === 1;
   }
@@ -199,6 +211,9 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     this.closing.abort(this.lifecycle.closedWhileHeld());
     this.held.clear();
     this.entries.clear();
+    this.releaseRetries.clear();
+    this.connections.client.removeListener('ready', this.sendReleasesAgain);
+    this.reconnects?.close();
     const pending = [...this.closingWork, ...holding.map((batch) => this.releaseEntry(batch).catch(() => undefined)), this.records?.remove()];
     // Best effort, and never long: with the server unreachable, leases, queue entries and the holder record expire on their own.
     if (this.connections.unreachable() === undefined) {
@@ -267,9 +282,22 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     return new RedisBatch(name, id, this.clientId + id);
   }
 
-  /** The release script of the entry's mode. */
+  /**
+   * The release script of the entry's mode; one that could not reach the server is sent again
+   * once the connection is back (ReleaseRetries), while the entry's lease may still be there.
+   */
   private releaseEntry(batch: RedisBatch): Promise<void> {
-    return batch.mode === 'write' ? this.commands.release(batch.key, batch.ownerValue, batch.lockDelayMs > 0) : this.commands.releaseMode(batch.key, batch.ownerValue);
+    const { key, ownerValue } = batch;
+    const write = batch.mode === 'write';
+    return this.releaseValue(key, ownerValue, write, batch.lockDelayMs > 0).catch((error) => {
+      if (this.lifecycle.isOpen) this.releaseRetries.failed(key, ownerValue, write, performance.now() + this.life.longestTtlMs, error);
+      throw error;
+    });
+  }
+
+  /** `mayHaveDelay`: the entry asked for a lock-delay (a retry says true: the script deletes only a delay key of a lock still ours). */
+  private releaseValue(key: string, value: string, write: boolean, mayHaveDelay: boolean): Promise<void> {
+    return write ? this.commands.release(key, value, mayHaveDelay) : this.commands.releaseMode(key, value);
   }
 
   /** The cancel script of the entry's mode; `quiet` after a failure, when the server may well be down. */
@@ -337,13 +365,14 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   /**
    * The server granted nothing for its life check: the entry waits as one whose queue vanished,
    * and the safety check puts it in the queue (or grants it) once the marker is written or the
-   * quarantine is over.
+   * quarantine is over. Meanwhile the check comes at its usual period, not only at the end: it
+   * keeps this process's waiters alive and finds a grant a release handed over.
    */
   private waitOutLife(batch: RedisBatch, reply: LifeReply): void {
     if (this.isWaiting(batch)) {
       this.watches.add(batch);
       void this.life.after(reply).then(
-        (waitMs) => this.watches.schedule(batch.key, -1, waitMs),
+        (waitMs) => this.watches.schedule(batch.key, waitMs),
         () => this.watches.schedule(batch.key, -1),
       );
     }
@@ -455,7 +484,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     try {
       const reply = await this.commands.check(key, this.watches.staleAfter(key, watch.shortestTtlMs), waiting);
       const life = lifeReply(reply);
-      if (life) return this.watches.schedule(key, -1, await this.life.after(life));
+      if (life) return this.watches.schedule(key, await this.life.after(life));
       const [ownerPttlMs, granted, , serverMs] = reply as Exclude<typeof reply, LifeReply>;
       watch.clock.sample(serverMs, sentAt);
       // Granted at some earlier time: the lease ends ownerPttlMs after serverMs, so it began a ttl before that.
@@ -474,7 +503,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     try {
       const reply = await this.commands.checkModes(key, this.watches.staleAfter(key, watch.shortestTtlMs), waiting);
       const life = lifeReply(reply);
-      if (life) return this.watches.schedule(key, -1, await this.life.after(life));
+      if (life) return this.watches.schedule(key, await this.life.after(life));
       const [nextChangeMs, granted, , serverMs] = reply as Exclude<typeof reply, LifeReply>;
       watch.clock.sample(serverMs, sentAt);
       // {owner, fence, grantedAtMs} of each entry granted: its lease began then, by the server's clock.
