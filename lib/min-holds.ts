@@ -11,7 +11,7 @@ export class MinHolds {
   /**
    * Releases now, or, when the lock was taken less than `minHoldMs` ago, later in the background
    * (the caller is not kept waiting). A re-entrant handle's lock is its outer holder's to keep.
-   * `begun` is told once the release has begun, whenever that is.
+   * `begun` is told as the release begins, whenever that is.
    */
   releaseAfter(handle: LockHandle, minHoldMs: number, begun: () => void): Promise<void> {
     if (minHoldMs === 0 || handle.reentrant) return releaseNow(handle, begun);
@@ -36,8 +36,8 @@ export class MinHolds {
   }
 }
 
+/** `begun` first: the scope is over once the release starts, and the release's own promises need no context. */
 function releaseNow(handle: LockHandle, begun: () => void): Promise<void> {
-  const released = handle.release();
   begun();
-  return released;
+  return handle.release();
 }
