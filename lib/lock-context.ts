@@ -51,6 +51,26 @@ export class LockScope {
 /** The one AsyncLocalStorage of held locks, shared by every LockService in the process. */
 export const lockContext = new AsyncLocalStorage<LockScope>();
 
+/** Calls of runInScope whose lock has not begun its release yet, across every LockService. */
+let openScopes = 0;
+
+/** `fn(handle)` inside `scope`; the caller calls leftScope as the lock's release begins. */
+export function runInScope<T>(scope: LockScope | undefined, fn: (handle: LockHandle) => T, handle: LockHandle): T {
+  openScopes++;
+  return lockContext.run(scope!, fn, handle);
+}
+
+/**
+ * A scope's lock is being released (its release starts right after). With no scope open, every
+ * store that async resources still carry holds only released locks, which find() and innermost
+ * skip, so nothing can tell the storage is off: disabling it stops Node's promise hooks, which an
+ * enabled AsyncLocalStorage runs for every promise of the process, until the next lock is entered
+ * (run() enables it again).
+ */
+export function leftScope(): void {
+  if (--openScopes === 0) lockContext.disable();
+}
+
 /**
  * The lock the calling code entered last (through @WithLock or withLock) and still holds, e.g.
  * to send its fencing token with a write or to pass its `signal` to a long operation. A lock

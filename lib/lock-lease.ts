@@ -25,7 +25,8 @@ const logger = new Logger('DistributedLock');
  * comes first: the next renewal or the end of the lease.
  */
 export class LockLease implements AbortWatcher {
-  private readonly lostController = new AbortController();
+  /** Made when a caller first asks for the signal: most locks end with nobody having asked. */
+  private lostController?: AbortController;
   private holds = 1;
   private deadline: number;
   /** When the next renewal is due; Infinity while none is (renew off, or one on its way). */
@@ -81,6 +82,10 @@ export class LockLease implements AbortWatcher {
   }
 
   get signal(): AbortSignal {
+    if (!this.lostController) {
+      this.lostController = new AbortController();
+      if (this.lostError) this.lostController.abort(this.lostError);
+    }
     return this.lostController.signal;
   }
 
@@ -177,7 +182,7 @@ export class LockLease implements AbortWatcher {
       const { name, grant } = this;
       lockChannels.lost.publish({ name, backend: this.backend.name, mode: this.mode, fencingToken: grant.fencingToken, reason, heldMs: performance.now() - this.grantedAt } satisfies LostMessage);
     }
-    this.lostController.abort(this.lostError);
+    this.lostController?.abort(this.lostError);
     // Drained at shutdown: release now, once, and let shutdown go on when that is done.
     if (this.drained) this.released = this.releaseAtBackend();
     // Our own deadline passed: give the lock up at the backend too (owner-checked), so the next

@@ -7,7 +7,7 @@ import { inspectionResult, type LockInspectionResult } from './lock-inspection';
 import { assertOperatorCall, operatorCall } from './operator-calls';
 import { lockChannels, type TimedOutMessage } from './diagnostics/lock-channels';
 import { DistributedLockError, LockTimeoutError } from './errors';
-import { lockContext, LockScope } from './lock-context';
+import { leftScope, lockContext, LockScope, runInScope } from './lock-context';
 import { LockInstrumentation } from './instrumentation/lock-instrumentation';
 import { LockHandle } from './lock-handle';
 import { assertLockName } from './lock-key';
@@ -233,15 +233,15 @@ export class LockService implements OnModuleInit, OnApplicationBootstrap, OnAppl
         : LockScope.with(lockContext.getStore(), this, handle.lease.grant.key, handle);
     let result: T;
     try {
-      const returned = lockContext.run(scope!, fn, handle);
+      const returned = runInScope(scope, fn, handle);
       // A plain value needs no await: the release starts at once.
       result = isPromiseLike(returned) ? await returned : returned;
     } catch (error) {
-      await this.minHolds.releaseAfter(handle, options.minHoldMs);
+      await this.minHolds.releaseAfter(handle, options.minHoldMs, leftScope);
       throw error;
     }
     const lost = handle.lost;
-    await this.minHolds.releaseAfter(handle, options.minHoldMs);
+    await this.minHolds.releaseAfter(handle, options.minHoldMs, leftScope);
     if (lost && options.onLockLost === 'throw') throw lost;
     return result;
   }

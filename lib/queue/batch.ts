@@ -94,12 +94,14 @@ export class Batch {
 
   /** Some caller still waits. */
   get hasCallers(): boolean {
-    return this.callers.some((caller) => !caller.wait.isSettled);
+    return this.peek() !== undefined;
   }
 
   /** The next caller still waiting, left on the batch. */
   peek(): QueuedCaller | undefined {
-    return this.callers.find((caller) => !caller.wait.isSettled);
+    const callers = this.callers;
+    for (let i = 0; i < callers.length; i++) if (!callers[i].wait.isSettled) return callers[i];
+    return undefined;
   }
 
   /** The next caller still waiting, taken off the batch. */

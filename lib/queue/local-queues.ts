@@ -40,9 +40,11 @@ class NameQueue<B extends Batch> {
 
   /** The batch whose entry may be sent now: one at a time per name, in the order callers arrived. */
   sendable(): B | undefined {
-    for (const batch of this.batches) {
-      if (batch.state === 'open') return batch;
-      if (batch.state === 'sending') return undefined;
+    const batches = this.batches;
+    for (let i = 0; i < batches.length; i++) {
+      const state = batches[i].state;
+      if (state === 'open') return batches[i];
+      if (state === 'sending') return undefined;
     }
     return undefined;
   }

@@ -114,6 +114,34 @@ describe('LockService and its leases', () => {
     assert.equal(await child, undefined, 'a child still saw the released lock as current');
   });
 
+  it('the async context holds while any scope is open: a sibling released first, a lock taken again, a minimum hold', async () => {
+    const service = lockServiceOver(new MemoryLockBackend());
+    // One scope ends while another is still inside its code.
+    let releaseLong!: () => void;
+    const longHeld = new Promise<void>((resolve) => (releaseLong = resolve));
+    const long = service.withLock('long', async () => {
+      await longHeld;
+      assert.equal(currentLock()?.key, 'long', 'a scope still open lost its context when another ended');
+      assert.equal((await service.tryAcquire('long'))?.reentrant, true);
+    });
+    await service.withLock('short', () => assert.equal(currentLock()?.key, 'short'));
+    releaseLong();
+    await long;
+    assert.equal(currentLock(), undefined);
+    // With every scope over, the next lock still re-enters.
+    await service.withLock('again', async () => {
+      await sleep(1);
+      await service.withLock('again', async (inner) => {
+        assert.equal(inner.reentrant, true);
+        assert.equal(currentLock()?.key, 'again');
+      });
+    });
+    // A lock kept for its minimum hold stays current for the work its code left running.
+    let child!: Promise<string | undefined>;
+    await service.withLock('kept', () => void (child = sleep(30).then(() => currentLock()?.key)), { minHoldMs: 300 });
+    assert.equal(await child, 'kept', 'a lock kept for minHoldMs was no longer current for its own child');
+  });
+
   it('inspect and forceRelease on a custom backend without them: LockConfigError naming the method, before any I/O', async () => {
     const { backend, calls } = countingBackend(overriddenBackend(() => ({ inspect: undefined, forceRelease: undefined })));
     const service = lockServiceOver(backend);
