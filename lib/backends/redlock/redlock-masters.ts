@@ -216,8 +216,11 @@ export class RedlockMasters {
 
   /**
    * A vote's answers, past its master's life check: a master with no marker (a first boot, or
-   * data lost) has it dealt with (ServerLife.after) and is asked again, or counts as refusing
-   * for the quarantine it is under.
+   * data lost) has it dealt with (ServerLife.after), then counts as unanswered in this vote (the
+   * next one, 50 ms later, finds the marker), or as refusing for the quarantine it is under. It is
+   * not asked again within the vote: the vote may be decided meanwhile, and a grant arriving after
+   * its give-back would hold that master for a whole ttl, which with a minority down blocks every
+   * majority.
    */
   private lifeAware<T>(call: ScriptCall<T>, verb: string, key: string, settle: (error: Error | undefined, value: T | undefined, index: number) => void) {
     return (error: Error | undefined, value: T | undefined, index: number): void => {
@@ -225,7 +228,7 @@ export class RedlockMasters {
       if (!error && !life) this.lives[index].answered();
       if (life?.[0] !== -2) return settle(error, value, index);
       this.lives[index].after(life).then(
-        (waitMs) => (waitMs > 0 ? settle(undefined, [-3, 0, waitMs] as T, index) : this.connections[index].runCallTo(call, verb, key, settle, index)),
+        (waitMs) => (waitMs > 0 ? settle(undefined, [-3, 0, waitMs] as T, index) : settle(new FirstLifeBegun(this.addresses[index]), undefined, index)),
         (failure: Error) => settle(failure, undefined, index),
       );
     };
@@ -239,5 +242,12 @@ export class RedlockMasters {
       this.keyCache.set(key, (keys = redlockKeys(key)));
     }
     return keys;
+  }
+}
+
+/** A master's answer in a vote that found it without a life marker, now written: the next vote asks it. */
+class FirstLifeBegun extends Error {
+  constructor(address: string) {
+    super(`${address} had no life marker yet (its first lock since it started empty); it has one now`);
   }
 }
