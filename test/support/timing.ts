@@ -79,3 +79,24 @@ export function mostAtOnce<T extends number | bigint>(intervals: readonly { read
   for (const event of events) most = Math.max(most, (inside += event.delta));
   return most;
 }
+
+/**
+ * A meeting point for holders that should be able to hold together (readers, permits): each
+ * calls `arrive()` once granted and holds until `met` resolves, so whether they overlap depends
+ * on the lock, not on how fast a loaded machine wakes each of them. `met` also resolves after
+ * `giveUpMs`, so a lock that never grants them together ends the test with too few at once
+ * rather than hanging it.
+ */
+export function meetingOf(count: number, giveUpMs = 5_000): { arrive(): void; readonly met: Promise<void> } {
+  let arrived = 0;
+  let open!: () => void;
+  const met = new Promise<void>((resolve) => (open = resolve));
+  const timer = setTimeout(open, giveUpMs);
+  void met.then(() => clearTimeout(timer));
+  return {
+    arrive() {
+      if (++arrived === count) open();
+    },
+    met,
+  };
+}

@@ -6,7 +6,7 @@ import { LockConfigError } from '../../../lib/errors';
 import type { EntryMode, LockBackend, LockGrant } from '../../../lib/backends/lock-backend.interface';
 import { createBackend } from '../../../lib/backends/registry';
 import { runSql, startPostgresServer, type PostgresServer } from '../../../servers/postgres-server';
-import { eventually, sleep, mostAtOnce } from '../../support/timing';
+import { eventually, meetingOf, mostAtOnce, sleep } from '../../support/timing';
 
 const TTL_MS = 10_000;
 /** The crashed permit holder's lease: short, so the test waits for its end. */
@@ -32,11 +32,18 @@ function ask(backend: LockBackend, key: string, mode: EntryMode, options: { limi
   return backend.acquire({ key, owner: `owner-${ownerSeq++}`, ttlMs: options.ttlMs ?? TTL_MS, signal: options.signal ?? new AbortController().signal, mode, limit: options.limit });
 }
 
-/** Holds `key` for `holdMs` once granted, recording the interval on one clock. */
-async function holdFor(backend: LockBackend, key: string, mode: EntryMode, holdMs: number, holds: Hold[], who: string, limit?: number): Promise<Hold> {
-  const grant = await ask(backend, key, mode, { limit });
+/**
+ * Holds `key` for `holdMs` once granted, recording the interval on one clock; with a meeting, for
+ * `holdMs` after the others of it have been granted too.
+ */
+async function holdFor(backend: LockBackend, key: string, mode: EntryMode, holdMs: number, holds: Hold[], who: string, meeting?: ReturnType<typeof meetingOf>): Promise<Hold> {
+  const grant = await ask(backend, key, mode);
   const hold: Hold = { mode, who, token: grant.fencingToken, start: process.hrtime.bigint(), end: 0n };
   holds.push(hold);
+  if (meeting) {
+    meeting.arrive();
+    await meeting.met;
+  }
   await sleep(holdMs);
   hold.end = process.hrtime.bigint();
   await backend.release(grant);
@@ -70,16 +77,18 @@ describe('postgres: read locks and semaphores across processes', () => {
   it('readers overlap, a writer overlaps nobody, and a reader behind a queued writer goes after it', async () => {
     const key = 'modes-rw';
     const holds: Hold[] = [];
-    const first = [0, 1, 2].map((i) => holdFor(clients[i], key, 'read', 300, holds, `reader ${i}`));
+    const firstReaders = meetingOf(3);
+    const first = [0, 1, 2].map((i) => holdFor(clients[i], key, 'read', 300, holds, `reader ${i}`, firstReaders));
     await eventually(async () => holds.length === 3, 5_000, 'the first three readers to hold');
     const writer = holdFor(clients[0], key, 'write', 200, holds, 'writer');
     await eventually(async () => (await clients[1].inspect!(key)).waiting === 1, 5_000, 'the writer to queue');
-    const late = [1, 2].map((i) => holdFor(clients[i], key, 'read', 100, holds, `late reader ${i}`));
+    const lateReaders = meetingOf(2);
+    const late = [1, 2].map((i) => holdFor(clients[i], key, 'read', 100, holds, `late reader ${i}`, lateReaders));
     await Promise.all([...first, writer, ...late]);
 
     const w = holds.find((hold) => hold.who === 'writer')!;
     for (const other of holds) if (other !== w) assert.ok(other.end <= w.start || other.start >= w.end, `${other.who} overlapped the writer`);
-    assert.ok(mostAtOnce(holds.filter((hold) => hold.who.startsWith('reader'))) >= 2, 'the readers of three clients never held at once');
+    assert.equal(mostAtOnce(holds.filter((hold) => hold.who.startsWith('reader'))), 3, 'the readers of three clients did not all hold at once');
     for (const hold of holds.filter((each) => each.who.startsWith('late'))) {
       assert.ok(hold.start >= w.end && hold.token > w.token, `${hold.who} arrived behind the queued writer but went before it`);
     }
@@ -92,10 +101,16 @@ describe('postgres: read locks and semaphores across processes', () => {
     const holds: Hold[] = [];
     let inside = 0;
     let most = 0;
+    let granted = 0;
+    const firstThree = meetingOf(3);
     await Promise.all(
       Array.from({ length: 12 }, async (_, i) => {
         const grant = await ask(clients[i % 3], key, 'permit', { limit: 3 });
         most = Math.max(most, ++inside);
+        if (++granted <= 3) {
+          firstThree.arrive();
+          await firstThree.met;
+        }
         const hold: Hold = { mode: 'permit', who: `permit ${i}`, token: grant.fencingToken, start: process.hrtime.bigint(), end: 0n };
         holds.push(hold);
         await sleep(60);
