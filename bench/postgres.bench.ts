@@ -154,7 +154,7 @@ function leaseRowFloor(pool: Pool): LockRunner {
   const sql = statements(DEFAULT_NAMES);
   return onPooledConnection(
     pool,
-    (client, name) => client.query({ name: 'floor_take', text: sql.acquire, values: [name, 'floor', 'bench_floor', LEASE_MS, 60_000, true] }),
+    (client, name) => client.query({ name: 'floor_take', text: sql.acquire, values: [name, 'floor', 'bench_floor', LEASE_MS, 60_000, true, 0] }),
     (client, name) => client.query({ name: 'floor_release', text: sql.release, values: [name, 'floor'] }),
   );
 }
@@ -227,9 +227,9 @@ async function ourHandOff(url: string, waiters: number): Promise<{ statements: n
   const client = new Client({ connectionString: url });
   await client.connect();
   try {
-    await client.query(sql.acquire, [name, 'holder', channel, LEASE_MS, 60_000, true]);
+    await client.query(sql.acquire, [name, 'holder', channel, LEASE_MS, 60_000, true, 0]);
     const owners = Array.from({ length: waiters }, (_, i) => `w${i}`);
-    await client.query(sql.queueMany, [owners.map(() => name), owners, owners.map(() => LEASE_MS), owners.map(() => 60_000), channel]);
+    await client.query(sql.queueMany, [owners.map(() => name), owners, owners.map(() => LEASE_MS), owners.map(() => 60_000), channel, owners.map(() => 0)]);
     await runSql(url, 'SELECT pg_stat_statements_reset()');
     await sleep(HOLD_MS);
     await client.query(sql.releaseMany, [[name], ['holder']]);

@@ -53,22 +53,44 @@ export const lockContext = new AsyncLocalStorage<LockScope>();
 
 /** Calls of runInScope whose lock has not begun its release yet, across every LockService. */
 let openScopes = 0;
+/** Calls of runInScope so far: the idle check tells a busy process from an idle one by it. */
+let entered = 0;
+let idleCheck: NodeJS.Timeout | undefined;
+
+/**
+ * How long no lock scope must have been open or entered before the storage is disabled. Enabling
+ * and disabling cost more than the hooks of one lock's promises once V8 has optimized them, so a
+ * process taking lock after lock keeps the storage on; one that stopped taking locks turns the
+ * hooks off for the rest of its promises.
+ */
+export const IDLE_DISABLE_MS = 1_000;
 
 /** `fn(handle)` inside `scope`; the caller calls leftScope as the lock's release begins. */
 export function runInScope<T>(scope: LockScope | undefined, fn: (handle: LockHandle) => T, handle: LockHandle): T {
   openScopes++;
+  entered++;
   return lockContext.run(scope!, fn, handle);
 }
 
 /**
  * A scope's lock is being released (its release starts right after). With no scope open, every
  * store that async resources still carry holds only released locks, which find() and innermost
- * skip, so nothing can tell the storage is off: disabling it stops Node's promise hooks, which an
- * enabled AsyncLocalStorage runs for every promise of the process, until the next lock is entered
- * (run() enables it again).
+ * skip, so nothing can tell the storage is off: once no scope has been open or entered for
+ * IDLE_DISABLE_MS, it is disabled, which stops Node's promise hooks (an enabled AsyncLocalStorage
+ * runs them for every promise of the process) until the next lock is entered (run() enables it).
  */
 export function leftScope(): void {
-  if (--openScopes === 0) lockContext.disable();
+  if (--openScopes === 0 && !idleCheck) armIdleCheck(entered);
+}
+
+function armIdleCheck(enteredAtArming: number): void {
+  idleCheck = setTimeout(() => {
+    idleCheck = undefined;
+    if (openScopes > 0) return; // the last scope to leave arms it again
+    if (entered === enteredAtArming) lockContext.disable();
+    else armIdleCheck(entered);
+  }, IDLE_DISABLE_MS);
+  idleCheck.unref();
 }
 
 /**
