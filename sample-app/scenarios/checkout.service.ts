@@ -11,9 +11,10 @@ export class CheckoutService {
 
   @WithSemaphore('payment-provider', PAYMENT_PROVIDER_LIMIT)
   async pay(order: string): Promise<string> {
-    // The simulated provider call.
+    // The simulated provider call: long enough that four permits granted one after another
+    // overlap even on a loaded machine.
     return this.providerCalls.around(async () => {
-      await pause(10);
+      await pause(50);
       return `paid ${order}`;
     });
   }

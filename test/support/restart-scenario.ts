@@ -1,3 +1,4 @@
+import assert from 'node:assert/strict';
 import type { TestContext } from 'node:test';
 import type { HolderProcess } from './holder-process';
 import { assertExclusive, sleep, type HoldInterval } from './timing';
@@ -79,4 +80,17 @@ export function reportRuns(t: TestContext, runs: readonly RestartRun[], boundTex
   const range = (values: number[]) => `${Math.min(...values).toFixed(0)}-${Math.max(...values).toFixed(0)} ms`;
   const lost = runs.flatMap((run) => (run.lostMs === undefined ? [] : [run.lostMs]));
   t.diagnostic(`${runs.length} runs: lost signal ${lost.length > 0 ? range(lost) : 'never'}, first grant ${range(runs.map((run) => run.firstGrantMs))} after the kill`);
+}
+
+/**
+ * What restart protection promises in every run: nothing granted within a ttl of the kill (the
+ * quarantine starts once the server is back), the old holder told of its loss before any grant,
+ * and no fence going back.
+ */
+export function assertProtectedRuns(runs: readonly RestartRun[], ttlMs: number): void {
+  for (const run of runs) {
+    assert.ok(run.firstGrantMs >= ttlMs, `a waiter was granted ${run.firstGrantMs.toFixed(0)} ms after the kill, within the ttl`);
+    assert.ok(run.lostMs !== undefined && run.lostMs <= run.firstGrantMs, 'the old holder learned of its loss after a waiter was granted');
+    assert.ok(run.newTokens.every((token) => token > run.oldToken), `a fence went back: ${run.oldToken} before, ${run.newTokens.join(', ')} after`);
+  }
 }

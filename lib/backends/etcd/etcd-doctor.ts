@@ -43,46 +43,48 @@ export async function doctorEtcd(options: EtcdBackendOptions, settings: BackendS
   return diagnosis.report();
 }
 
-/** The known etcd bugs that touch locks and leases, by the first release that fixes each. */
+type Version = readonly [major: number, minor: number, patch: number];
+
+/** `version` comes before `fixed`. */
+const before = ([major, minor, patch]: Version, [m, n, p]: Version) => major < m || (major === m && (minor < n || (minor === n && patch < p)));
+
+/** The known etcd bugs that touch locks and leases, each with the releases it affects. */
+const KNOWN_BUGS: readonly {
+  readonly check: string;
+  readonly affects: (version: Version) => boolean;
+  readonly found: string;
+  readonly consequence: string;
+  readonly fix: string;
+}[] = [
+  {
+    check: 'etcd-11456',
+    affects: (version) => before(version, [3, 5, 0]),
+    found: 'a lock can be granted after its lease expired during the wait (etcd-io/etcd#11456, fixed in 3.5.0 only)',
+    consequence:
+      "this library checks its own key after every wait, so its own locks are not affected; other clients sharing the lock names (Go's concurrency.Mutex, etcdctl lock, the v3lock API) can hold a lock whose lease is gone, alongside the next holder",
+    fix: 'upgrade etcd to 3.5.0 or later (or make sure every client sharing the lock checks its own key after the wait)',
+  },
+  {
+    check: 'etcd-17465',
+    affects: (version) => before(version, [3, 4, 31]),
+    found: 'a member that lost the leadership can still revoke leases (fixed in 3.4.31, etcd-io/etcd PR #17465)',
+    consequence: "a live holder's session lease can be revoked: its locks are deleted and granted to others, and the holder learns of it only at its next keep-alive (its lost signal fires then)",
+    fix: 'upgrade etcd to 3.4.31 or later',
+  },
+  {
+    check: 'etcd-21423',
+    affects: (version) => before(version, [3, 4, 42]),
+    found: 'a member paused and resumed can serve stale reads (fixed in 3.4.42, etcd-io/etcd PR #21423)',
+    consequence: "a waiter's check of the keys ahead of it can read a state that is gone: a lock can look free, or still held, for a moment after it changed",
+    fix: 'upgrade etcd to 3.4.42 or later',
+  },
+];
+
 function checkVersion(diagnosis: Diagnosis, server: string, version: string): void {
   const parsed = /^(\d+)\.(\d+)\.(\d+)/.exec(version);
   if (!parsed) return diagnosis.unchecked('version', server, `the version "${version}" is not major.minor.patch`, 'compare it with the etcd changelog', 'the known lock and lease bugs below cannot be ruled out');
-  const [major, minor, patch] = parsed.slice(1).map(Number);
-  const before = (m: number, n: number, p: number) => major < m || (major === m && (minor < n || (minor === n && patch < p)));
-  let affected = false;
-  if (before(3, 5, 0)) {
-    affected = true;
-    diagnosis.find({
-      check: 'etcd-11456',
-      severity: 'warning',
-      server,
-      found: `etcd ${version}: a lock can be granted after its lease expired during the wait (etcd-io/etcd#11456, fixed in 3.5.0 only)`,
-      consequence:
-        "this library checks its own key after every wait, so its own locks are not affected; other clients sharing the lock names (Go's concurrency.Mutex, etcdctl lock, the v3lock API) can hold a lock whose lease is gone, alongside the next holder",
-      fix: 'upgrade etcd to 3.5.0 or later (or make sure every client sharing the lock checks its own key after the wait)',
-    });
-  }
-  if (major === 3 && minor <= 4 && before(3, 4, 31)) {
-    affected = true;
-    diagnosis.find({
-      check: 'etcd-17465',
-      severity: 'warning',
-      server,
-      found: `etcd ${version}: a member that lost the leadership can still revoke leases (fixed in 3.4.31, etcd-io/etcd PR #17465)`,
-      consequence: "a live holder's session lease can be revoked: its locks are deleted and granted to others, and the holder learns of it only at its next keep-alive (its lost signal fires then)",
-      fix: 'upgrade etcd to 3.4.31 or later',
-    });
-  }
-  if (major === 3 && minor <= 4 && before(3, 4, 42)) {
-    affected = true;
-    diagnosis.find({
-      check: 'etcd-21423',
-      severity: 'warning',
-      server,
-      found: `etcd ${version}: a member paused and resumed can serve stale reads (fixed in 3.4.42, etcd-io/etcd PR #21423)`,
-      consequence: "a waiter's check of the keys ahead of it can read a state that is gone: a lock can look free, or still held, for a moment after it changed",
-      fix: 'upgrade etcd to 3.4.42 or later',
-    });
-  }
-  if (!affected) diagnosis.pass(server, `etcd ${version} has none of the known lock and lease bugs (#11456, PR #17465, PR #21423)`);
+  const numbers = parsed.slice(1).map(Number) as unknown as Version;
+  const affecting = KNOWN_BUGS.filter((bug) => bug.affects(numbers));
+  for (const bug of affecting) diagnosis.find({ check: bug.check, severity: 'warning', server, found: `etcd ${version}: ${bug.found}`, consequence: bug.consequence, fix: bug.fix });
+  if (affecting.length === 0) diagnosis.pass(server, `etcd ${version} has none of the known lock and lease bugs (#11456, PR #17465, PR #21423)`);
 }

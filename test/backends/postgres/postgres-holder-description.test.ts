@@ -60,7 +60,7 @@ describe('postgres backend: the holder description', () => {
         return { service, work: async () => statements() };
       },
     }),
-    { readLocks: true },
+    { readLocks: true, recordsPerProcess: true },
   );
 
   describe('a schema made by an older version, without the clients table', () => {

@@ -43,7 +43,7 @@ for (const protocol of ['native', 'plain'] as const) {
           return { service, work: async () => (await commandsExecuted((section) => raw.info(section))).total };
         },
       }),
-      { readLocks: protocol === 'native' },
+      { readLocks: protocol === 'native', recordsPerProcess: true },
     );
   });
 }

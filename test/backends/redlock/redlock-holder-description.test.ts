@@ -67,6 +67,6 @@ describe('redlock backend: the holder description', () => {
         return { service, work };
       },
     }),
-    { readLocks: false },
+    { readLocks: false, recordsPerProcess: true },
   );
 });

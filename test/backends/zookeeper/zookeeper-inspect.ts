@@ -62,6 +62,13 @@ export class ZooKeeperInspector {
     );
   }
 
+  /** The data of `path` as text, or undefined when it does not exist. */
+  text(path: string): Promise<string | undefined> {
+    return this.read(`the data of ${path}`, (client, done) =>
+      client.getData(path, (error, data) => (codeOf(error) === NO_NODE ? done(null, undefined) : done(error, data?.toString()))),
+    );
+  }
+
   /** Every lock node under `root`, as `parent/node`. */
   async lockNodes(root: string): Promise<string[]> {
     const nodes: string[] = [];
