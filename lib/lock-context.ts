@@ -58,10 +58,10 @@ let entered = 0;
 let idleCheck: NodeJS.Timeout | undefined;
 
 /**
- * How long no lock scope must have been open or entered before the storage is disabled. Enabling
- * and disabling cost more than the hooks of one lock's promises once V8 has optimized them, so a
- * process taking lock after lock keeps the storage on; one that stopped taking locks turns the
- * hooks off for the rest of its promises.
+ * How long no lock scope must have been open or entered before the storage is disabled. In a warm
+ * process, enabling and disabling cost more than the hooks of one lock's promises, so a process
+ * taking lock after lock keeps the storage on; one that stopped taking locks turns the hooks off
+ * for the rest of its promises.
  */
 export const IDLE_DISABLE_MS = 1_000;
 

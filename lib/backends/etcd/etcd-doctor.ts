@@ -83,8 +83,8 @@ const KNOWN_BUGS: readonly {
 function checkVersion(diagnosis: Diagnosis, server: string, version: string): void {
   const parsed = /^(\d+)\.(\d+)\.(\d+)/.exec(version);
   if (!parsed) return diagnosis.unchecked('version', server, `the version "${version}" is not major.minor.patch`, 'compare it with the etcd changelog', 'the known lock and lease bugs below cannot be ruled out');
-  const numbers = parsed.slice(1).map(Number) as unknown as Version;
-  const affecting = KNOWN_BUGS.filter((bug) => bug.affects(numbers));
+  const [major, minor, patch] = parsed.slice(1).map(Number);
+  const affecting = KNOWN_BUGS.filter((bug) => bug.affects([major, minor, patch]));
   for (const bug of affecting) diagnosis.find({ check: bug.check, severity: 'warning', server, found: `etcd ${version}: ${bug.found}`, consequence: bug.consequence, fix: bug.fix });
   if (affecting.length === 0) diagnosis.pass(server, `etcd ${version} has none of the known lock and lease bugs (#11456, PR #17465, PR #21423)`);
 }
