@@ -135,7 +135,6 @@ export function primitiveCases(context: PrimitiveContext): void {
       const holds: HoldInterval[] = [];
       let inside = 0;
       let most = 0;
-      let granted = 0;
       // The first three granted hold until all three are in: whether they overlap is the lock's doing, not the machine's speed.
       const firstThree = meetingOf(3);
       await Promise.all(
@@ -145,10 +144,7 @@ export function primitiveCases(context: PrimitiveContext): void {
             3,
             async (permit) => {
               most = Math.max(most, ++inside);
-              if (++granted <= 3) {
-                firstThree.arrive();
-                await firstThree.met;
-              }
+              await firstThree.join();
               await recorder(holds, `caller ${i}`, 60)(permit);
               inside--;
             },

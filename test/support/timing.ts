@@ -82,21 +82,21 @@ export function mostAtOnce<T extends number | bigint>(intervals: readonly { read
 
 /**
  * A meeting point for holders that should be able to hold together (readers, permits): each
- * calls `arrive()` once granted and holds until `met` resolves, so whether they overlap depends
- * on the lock, not on how fast a loaded machine wakes each of them. `met` also resolves after
- * `giveUpMs`, so a lock that never grants them together ends the test with too few at once
- * rather than hanging it.
+ * calls `join()` once granted and holds on once it resolves, so whether they overlap depends on
+ * the lock, not on how fast a loaded machine wakes each of them. The first `count` to join wait
+ * for one another; later ones go on at once. It also resolves after `giveUpMs`, so a lock that
+ * never grants them together ends the test with too few at once rather than hanging it.
  */
-export function meetingOf(count: number, giveUpMs = 5_000): { arrive(): void; readonly met: Promise<void> } {
-  let arrived = 0;
+export function meetingOf(count: number, giveUpMs = 5_000): { join(): Promise<void> } {
+  let joined = 0;
   let open!: () => void;
   const met = new Promise<void>((resolve) => (open = resolve));
   const timer = setTimeout(open, giveUpMs);
   void met.then(() => clearTimeout(timer));
   return {
-    arrive() {
-      if (++arrived === count) open();
+    join() {
+      if (++joined === count) open();
+      return joined <= count ? met : Promise.resolve();
     },
-    met,
   };
 }

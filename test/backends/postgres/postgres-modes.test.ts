@@ -40,10 +40,7 @@ async function holdFor(backend: LockBackend, key: string, mode: EntryMode, holdM
   const grant = await ask(backend, key, mode);
   const hold: Hold = { mode, who, token: grant.fencingToken, start: process.hrtime.bigint(), end: 0n };
   holds.push(hold);
-  if (meeting) {
-    meeting.arrive();
-    await meeting.met;
-  }
+  await meeting?.join();
   await sleep(holdMs);
   hold.end = process.hrtime.bigint();
   await backend.release(grant);
@@ -101,16 +98,12 @@ describe('postgres: read locks and semaphores across processes', () => {
     const holds: Hold[] = [];
     let inside = 0;
     let most = 0;
-    let granted = 0;
     const firstThree = meetingOf(3);
     await Promise.all(
       Array.from({ length: 12 }, async (_, i) => {
         const grant = await ask(clients[i % 3], key, 'permit', { limit: 3 });
         most = Math.max(most, ++inside);
-        if (++granted <= 3) {
-          firstThree.arrive();
-          await firstThree.met;
-        }
+        await firstThree.join();
         const hold: Hold = { mode: 'permit', who: `permit ${i}`, token: grant.fencingToken, start: process.hrtime.bigint(), end: 0n };
         holds.push(hold);
         await sleep(60);
