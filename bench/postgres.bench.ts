@@ -4,7 +4,7 @@ import type { LockService } from '../lib';
 import { createBackend } from '../lib/backends/registry';
 import { DEFAULT_NAMES, sqlNames } from '../lib/backends/postgres/postgres-names';
 import { schemaDdl } from '../lib/backends/postgres/postgres-schema';
-import { DURABLE_CHECK, DURABLE_CTE, statements } from '../lib/backends/postgres/postgres-statements';
+import { acquireValues, DURABLE_CHECK, DURABLE_CTE, queueManyValues, statements, type WriteEntry } from '../lib/backends/postgres/postgres-statements';
 import { runSql, startPostgresServer } from '../servers/postgres-server';
 import { lockServiceOver } from './lock-services';
 import { printFlashSale } from './report';
@@ -16,6 +16,8 @@ const CYCLE_ROUNDS = 15;
 const CYCLES_PER_ROUND = 200;
 const SALE_REPEATS = 3;
 const LEASE_MS = 10_000;
+/** A write entry of the bench's own statements: the lease above, alive for a minute, no lock-delay. */
+const benchEntry = (key: string, entry: string): WriteEntry => ({ key, entry, ttlMs: LEASE_MS, aliveMs: 60_000, lockDelayMs: 0 });
 const WAIT_MS = 60_000;
 const POLL_MS = 10;
 const QUEUE_LENGTHS = [10, 100, 1000];
@@ -154,7 +156,7 @@ function leaseRowFloor(pool: Pool): LockRunner {
   const sql = statements(DEFAULT_NAMES);
   return onPooledConnection(
     pool,
-    (client, name) => client.query({ name: 'floor_take', text: sql.acquire, values: [name, 'floor', 'bench_floor', LEASE_MS, 60_000, true, 0] }),
+    (client, name) => client.query({ name: 'floor_take', text: sql.acquire, values: acquireValues(benchEntry(name, 'floor'), 'bench_floor', true) }),
     (client, name) => client.query({ name: 'floor_release', text: sql.release, values: [name, 'floor'] }),
   );
 }
@@ -227,9 +229,9 @@ async function ourHandOff(url: string, waiters: number): Promise<{ statements: n
   const client = new Client({ connectionString: url });
   await client.connect();
   try {
-    await client.query(sql.acquire, [name, 'holder', channel, LEASE_MS, 60_000, true, 0]);
+    await client.query(sql.acquire, acquireValues(benchEntry(name, 'holder'), channel, true));
     const owners = Array.from({ length: waiters }, (_, i) => `w${i}`);
-    await client.query(sql.queueMany, [owners.map(() => name), owners, owners.map(() => LEASE_MS), owners.map(() => 60_000), channel, owners.map(() => 0)]);
+    await client.query(sql.queueMany, queueManyValues(owners.map((owner) => benchEntry(name, owner)), channel));
     await runSql(url, 'SELECT pg_stat_statements_reset()');
     await sleep(HOLD_MS);
     await client.query(sql.releaseMany, [[name], ['holder']]);

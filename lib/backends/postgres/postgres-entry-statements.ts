@@ -3,7 +3,7 @@ import type { PostgresBatch } from './postgres-batch';
 import type { PostgresCalls } from './postgres-calls';
 import { StatementCoalescer } from './postgres-coalescer';
 import type { ModeAcquireRow, ModeStatements } from './postgres-modes-statements';
-import type { AcquireRow, CheckRow, Statements } from './postgres-statements';
+import { acquireValues, queueManyValues, type AcquireRow, type CheckRow, type Statements } from './postgres-statements';
 
 /**
  * The statements of a batch's entry, by the entry's kind: a write entry owns the name's row
@@ -24,18 +24,8 @@ export class PostgresEntryStatements {
   ) {
     // A lone row goes as the plain statement: arrays and unnest cost the server more than the call itself.
     this.queueing = new StatementCoalescer(
-      (batch) => this.calls.queryOne<AcquireRow>('queue for a lock', this.sql.acquire, [batch.key, batch.entry, this.channel, batch.ttlMs, batch.aliveMs, true, Math.ceil(batch.lockDelayMs)]),
-      (batches) =>
-        byName(batches, (sorted) =>
-          this.calls.query<AcquireRow>('queue for a lock', this.sql.queueMany, [
-            sorted.map((batch) => batch.key),
-            sorted.map((batch) => batch.entry),
-            sorted.map((batch) => batch.ttlMs),
-            sorted.map((batch) => batch.aliveMs),
-            this.channel,
-            sorted.map((batch) => Math.ceil(batch.lockDelayMs)),
-          ]),
-        ),
+      (batch) => this.calls.queryOne<AcquireRow>('queue for a lock', this.sql.acquire, acquireValues(batch, this.channel, true)),
+      (batches) => byName(batches, (sorted) => this.calls.query<AcquireRow>('queue for a lock', this.sql.queueMany, queueManyValues(sorted, this.channel))),
     );
     this.releasing = new StatementCoalescer(
       (batch) => this.calls.queryOne('release a lock', this.sql.release, [batch.key, batch.entry]),
@@ -51,7 +41,7 @@ export class PostgresEntryStatements {
   put(batch: PostgresBatch, queue: boolean): Promise<AcquireRow> {
     if (batch.mode === 'write') {
       if (queue) return this.queueing.run(batch);
-      return this.calls.queryOne<AcquireRow>('take a lock', this.sql.acquire, [batch.key, batch.entry, this.channel, batch.ttlMs, batch.aliveMs, false, Math.ceil(batch.lockDelayMs)]);
+      return this.calls.queryOne<AcquireRow>('take a lock', this.sql.acquire, acquireValues(batch, this.channel, false));
     }
     const values = [batch.key, batch.entry, this.channel, batch.mode, batch.limit ?? null, batch.ttlMs, batch.aliveMs, queue];
     return this.calls.queryOne<ModeAcquireRow>(queue ? 'queue for a lock' : 'take a lock', this.modeSql.acquire, values).then((row) => {

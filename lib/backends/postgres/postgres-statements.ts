@@ -87,3 +87,29 @@ export function statements(names: PostgresNames) {
 }
 
 export type Statements = ReturnType<typeof statements>;
+
+/** What `acquire` and `queueMany` take of a write entry. */
+export interface WriteEntry {
+  readonly key: string;
+  readonly entry: string;
+  readonly ttlMs: number;
+  readonly aliveMs: number;
+  readonly lockDelayMs: number;
+}
+
+/** `acquire`'s values, in its parameters' order: `queue` when busy, else a try. */
+export function acquireValues(write: WriteEntry, channel: string, queue: boolean): unknown[] {
+  return [write.key, write.entry, channel, write.ttlMs, write.aliveMs, queue, Math.ceil(write.lockDelayMs)];
+}
+
+/** `queueMany`'s values for entries sorted by name. */
+export function queueManyValues(sorted: readonly WriteEntry[], channel: string): unknown[] {
+  return [
+    sorted.map((write) => write.key),
+    sorted.map((write) => write.entry),
+    sorted.map((write) => write.ttlMs),
+    sorted.map((write) => write.aliveMs),
+    channel,
+    sorted.map((write) => Math.ceil(write.lockDelayMs)),
+  ];
+}
