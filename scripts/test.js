@@ -38,6 +38,8 @@ const totals = { passed: 0, failed: 0, skipped: 0 };
 /** Per backend (or test folder): files, outcomes and time, for the table at the end. */
 const areas = new Map();
 const failedFiles = [];
+/** What failed in each failed file (a test, a hook, an error outside any test) and its message, repeated at the end. */
+const failedTests = [];
 const scratch = mkdtempSync(path.join(os.tmpdir(), 'lock-tests-'));
 const started = Date.now();
 
@@ -71,6 +73,7 @@ files.forEach((file, index) => {
   if (run.status !== 0 || counts.failed > 0) {
     const why = run.error ? `stopped: ${run.error.message}` : run.signal ? `killed by ${run.signal}` : `exit ${run.status}`;
     failedFiles.push(`${relative} (${why})`);
+    for (const failure of counts.failures) failedTests.push({ file: relative, ...failure });
     // A file that died before reporting a failed test still counts as one failure.
     if (counts.failed === 0) {
       totals.failed++;
@@ -82,6 +85,7 @@ rmSync(scratch, { recursive: true, force: true });
 
 printAreaTable();
 console.log(`\n${files.length} test files in ${Math.round((Date.now() - started) / 1000)} s`);
+for (const { file, name, error } of failedTests) console.log(`\nfailed: ${file} › ${name}\n${error.replace(/^/gm, '    ')}`);
 for (const failed of failedFiles) console.log(`failed: ${failed}`);
 console.log(`${totals.passed} passed, ${totals.failed} failed, ${totals.skipped} skipped`);
 process.exit(failedFiles.length === 0 ? 0 : 1);
@@ -102,16 +106,20 @@ function printAreaTable() {
   });
 }
 
-/** The file's outcomes, one line per finished test (see count-reporter.mjs). */
+/** The file's outcomes, one line per finished test, and its failures (see count-reporter.mjs). */
 function countsOf(countsFile) {
-  const counts = { passed: 0, failed: 0, skipped: 0 };
+  const counts = { passed: 0, failed: 0, skipped: 0, failures: [] };
   let text = '';
   try {
     text = readFileSync(countsFile, 'utf8');
   } catch {
     return counts;
   }
-  for (const outcome of text.split('\n')) if (outcome in counts) counts[outcome]++;
+  for (const line of text.split('\n')) {
+    const [outcome, failure] = line.split('\t');
+    if (failure) counts.failures.push(JSON.parse(failure));
+    if (outcome in totals) counts[outcome]++;
+  }
   return counts;
 }
 
