@@ -1,4 +1,4 @@
-import { median } from './stats';
+import { median, signedUs } from './stats';
 import type { LockRunner } from './workloads';
 
 /** The socket of one connection, as critical-path timing patches it. */
@@ -53,4 +53,11 @@ export async function criticalPath(run: LockRunner, socket: TimedSocket, name: s
   }
   const [acquireTrip, grantToRelease, releaseTrip, releasedToNext] = steps.map((values) => median(values));
   return { acquireTrip, grantToRelease, releaseTrip, releasedToNext };
+}
+
+/** What `ours` adds to `theirs`, in us: in the round trips, then in this process between them (`+12.0 / +30.5`). */
+export function addedToPath(ours: CriticalPath, theirs: CriticalPath): string {
+  const trips = ours.acquireTrip + ours.releaseTrip - theirs.acquireTrip - theirs.releaseTrip;
+  const between = ours.grantToRelease + ours.releasedToNext - theirs.grantToRelease - theirs.releasedToNext;
+  return `${signedUs(trips)} / ${signedUs(between)}`;
 }

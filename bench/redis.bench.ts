@@ -10,10 +10,10 @@ import { lockServiceOver } from './lock-services';
 import { startRedisServer } from '../servers/redis-server';
 import { printFlashSale } from './report';
 import { redisStockFloor, redisStockSale, type StockSaleResult } from './redis-stock-sale';
-import { formatRatio, median, pairedRatio, pairedTimeRatio } from './stats';
+import { formatRatio, median, pairedRatio, pairedTimeRatio, signedUs } from './stats';
 import { progress } from './progress';
 import { cpuPerCycle } from './cpu-per-cycle';
-import { criticalPath, type TimedSocket } from './critical-path';
+import { addedToPath, criticalPath, type TimedSocket } from './critical-path';
 import { addedOverFirst, measureCommandCycles } from './redis-command-floors';
 import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK, WARMUP_CYCLES } from './workloads';
 import { recordFigure, recordTarget } from './summary';
@@ -206,11 +206,7 @@ async function printCriticalPath(ours: LockRunner, backend: LockBackend, mutex: 
         `release trip ${path.releaseTrip.toFixed(1)}, released to next acquire ${path.releasedToNext.toFixed(1)}`,
     );
   }
-  const [a, b] = paths.map(({ path }) => path);
-  recordFigure(
-    "uncontended cycle's steps vs the Mutex's (us: trips / this process between them)",
-    `${signed(a.acquireTrip + a.releaseTrip - b.acquireTrip - b.releaseTrip)} / ${signed(a.grantToRelease + a.releasedToNext - b.grantToRelease - b.releasedToNext)}`,
-  );
+  recordFigure("uncontended cycle's steps vs the Mutex's (us: trips / this process between them)", addedToPath(paths[0].path, paths[1].path));
 }
 
 /**
@@ -221,16 +217,14 @@ async function printCriticalPath(ours: LockRunner, backend: LockBackend, mutex: 
 async function printCommandFloors(port: number, peerCycleUs: number): Promise<void> {
   const floors = addedOverFirst(await measureCommandCycles(port));
   console.log(`bare command cycles on one connection (no client library), medians over rounds, and what each adds to the first in the same round:`);
-  for (const { label, us, addedUs } of floors) console.log(`  ${label}: ${us.toFixed(1)} us per cycle, ${signed(addedUs)} us`);
+  for (const { label, us, addedUs } of floors) console.log(`  ${label}: ${us.toFixed(1)} us per cycle, ${signedUs(addedUs)} us`);
   const allowanceUs = peerCycleUs * (CYCLE_TARGET - 1);
   console.log(`the ${CYCLE_TARGET}x target allows ${allowanceUs.toFixed(1)} us over the best peer's ${peerCycleUs.toFixed(1)} us cycle`);
   recordFigure(
     `us a bare cycle adds to the Mutex's commands: a fence / a fence and FIFO / our scripts; the ${CYCLE_TARGET}x target allows`,
-    `${floors.slice(1).map(({ addedUs }) => signed(addedUs)).join(' / ')}; ${allowanceUs.toFixed(1)}`,
+    `${floors.slice(1).map(({ addedUs }) => signedUs(addedUs)).join(' / ')}; ${allowanceUs.toFixed(1)}`,
   );
 }
-
-const signed = (us: number) => `${us >= 0 ? '+' : ''}${us.toFixed(1)}`;
 
 /**
  * Issue 13's sale, with the stock on Redis (GET, then SET and INCR when any is left), against

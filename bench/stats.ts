@@ -12,6 +12,11 @@ export function formatRatio(ours: number, theirs: number): string {
   return `${(ours / theirs).toFixed(2)}x`;
 }
 
+/** Microseconds with their sign: `+6.5`, `-1.0`. */
+export function signedUs(us: number): string {
+  return `${us >= 0 ? '+' : ''}${us.toFixed(1)}`;
+}
+
 /**
  * Ratios taken inside each round (both sides measured back to back, under the same machine
  * load), then their median and quartiles: on a shared machine whose speed drifts over seconds,

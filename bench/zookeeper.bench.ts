@@ -6,6 +6,7 @@ import { ClientTraffic, clientOf, isKeepAlive, watchedPaths } from '../test/back
 import { lockServiceOver } from './lock-services';
 import { startZooKeeperServer } from '../servers/zookeeper-server';
 import { printFlashSale } from './report';
+import { addedToPath, criticalPath, type TimedSocket } from './critical-path';
 import { curatorRecipeLock } from './curator-recipe-lock';
 import { formatRatio, median, pairedRatio, percentile } from './stats';
 import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK, WARMUP_CYCLES } from './workloads';
@@ -68,6 +69,7 @@ export async function run(): Promise<void> {
     recordTarget('uncontended cycle, in write round trips', writeTrips.median, '<=', 2.2, '');
     recordFigure("floor: the library's two writes alone, in write round trips", writesAloneTrips.median.toFixed(2));
     recordTarget("uncontended cycle time vs Curator's recipe", vsCurator.median, '<=', 1.1);
+    await printCriticalPaths(ours[0], backends[0], runners.get('writes')!, naiveClients[0]);
 
     for (const [where, handOff] of [
       ['a waiter directly behind the holder', await pairHandOffs(services.slice(0, 2), backends.slice(0, 2))],
@@ -92,6 +94,27 @@ export async function run(): Promise<void> {
     await Promise.all(services.map((service) => service.onApplicationShutdown()));
     await zookeeper.stop();
   }
+}
+
+/**
+ * Where the uncontended cycle's time goes, this library against its two writes alone on the
+ * same client library: each round trip, and this process's work between a reply and its next
+ * request (the gap the write round trips above count in).
+ */
+async function printCriticalPaths(ours: LockRunner, backend: LockBackend, writesAlone: LockRunner, writesClient: Client): Promise<void> {
+  // node-zookeeper-client keeps its socket in a private field: a benchmark may look inside.
+  const socketOf = (client: Client) => (client as unknown as { connectionManager: { socket: TimedSocket } }).connectionManager.socket;
+  const paths = [
+    { label: 'this library (zookeeper)', path: await criticalPath(ours, socketOf(clientOf(backend)), `bench-path-${process.pid}-ours`) },
+    { label: 'its two writes alone', path: await criticalPath(writesAlone, socketOf(writesClient), `bench-path-${process.pid}-writes`) },
+  ];
+  for (const { label, path } of paths) {
+    console.log(
+      `uncontended cycle's steps, ${label} (medians, us): create trip ${path.acquireTrip.toFixed(1)}, grant to delete ${path.grantToRelease.toFixed(1)}, ` +
+        `delete trip ${path.releaseTrip.toFixed(1)}, deleted to next create ${path.releasedToNext.toFixed(1)}`,
+    );
+  }
+  recordFigure("uncontended cycle's steps vs the two writes alone (us: trips / this process between them)", addedToPath(paths[0].path, paths[1].path));
 }
 
 interface HandOffs {
