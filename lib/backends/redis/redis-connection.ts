@@ -175,14 +175,16 @@ export class RedisConnections {
   }
 
   /**
-   * The server refused our connection (or its host was not found) and no connection has come
-   * back since: a call fails at once with this as its cause, rather than waiting serverTimeoutMs
-   * for a server known not to take connections. The next reconnection that works clears it.
+   * The server refused our connection (or its host was not found) and `connection`, the one a
+   * call would go on, has not come back since: the call fails at once with this as its cause,
+   * rather than waiting serverTimeoutMs for a server known not to take connections. Only that
+   * connection counts: the other one may reconnect later (a supplied client keeps its own pace),
+   * and a call refused while its own connection works would fail for nothing.
    */
-  refused(): Error | undefined {
+  refused(connection: RedisConnection = this.client): Error | undefined {
     const error = this.lastError;
     if (!error || !REFUSALS.test((error as NodeJS.ErrnoException).code ?? error.message)) return undefined;
-    return this.client.status === 'ready' && this.subscriber.status === 'ready' ? undefined : error;
+    return connection.status === 'ready' ? undefined : error;
   }
 
   /**
@@ -190,8 +192,8 @@ export class RedisConnections {
    * told on the next turn of the event loop, so that a caller retrying in a loop still lets the
    * reconnection that ends the refusal run.
    */
-  private refusedCall(operation: string): Promise<never> | undefined {
-    const refused = this.refused();
+  private refusedCall(operation: string, connection: RedisConnection = this.client): Promise<never> | undefined {
+    const refused = this.refused(connection);
     if (!refused) return undefined;
     const error = new LockServerUnreachableError('redis', operation, this.address, 0, refused);
     return new Promise<never>((_, reject) => setImmediate(() => reject(error)));
@@ -365,7 +367,7 @@ export class RedisConnections {
    */
   whenSubscribed(operation: string, signal?: AbortSignal): Promise<void> {
     if (this.subscribed) return Promise.resolve();
-    const refused = this.refusedCall(operation);
+    const refused = this.refusedCall(operation, this.subscriber);
     if (refused) return refused;
     return this.subscribedWaits.wait(operation, this.serverTimeoutMs, signal);
   }
