@@ -3,6 +3,7 @@ import { ownerValue } from '../lib/backends/redis/redis-commands';
 import { lockKeys } from '../lib/backends/redis/redis-keys';
 import { acquireScript, releaseScript } from '../lib/backends/redis/redis-lock-scripts';
 import { RedisScript } from '../lib/backends/redis/redis-script';
+import { LIFE_KEY } from '../lib/backends/redis/server-life-scripts';
 import { bulks, commandHeader } from '../lib/backends/redis/resp-encoding';
 import { median } from './stats';
 import { interleavedCycles, type LockRunner } from './workloads';
@@ -36,10 +37,32 @@ const compareAndDeleteIfNoQueue = new RedisScript<0 | 1 | 2>(
 if redis.call('llen', KEYS[2]) == 0 then redis.call('del', KEYS[1]) return 1 end return 2`,
 );
 
+/** The fence-and-FIFO acquire as one script: what running a script costs over MULTI. KEYS: owner, fence, queue. */
+const fencedFifoScript = new RedisScript<number | null>(
+  'fence and FIFO in one script',
+  `local fence = redis.call('incr', KEYS[2])
+if redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) and redis.call('llen', KEYS[3]) == 0 then return fence end`,
+);
+
+/**
+ * The same, reading what restart protection and lock-delay need on every acquire (issue 28): the
+ * server's life marker and the lock's delay key. KEYS: owner, fence, queue, life marker, delay key.
+ */
+const guardedScript = new RedisScript<number | null>(
+  'fence, FIFO, life marker and lock-delay in one script',
+  `if not redis.call('hmget', KEYS[4], 'ttl', 'until', 'floor')[1] then return end
+local fence = redis.call('incr', KEYS[2])
+if redis.call('exists', KEYS[5]) == 0 and redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) and redis.call('llen', KEYS[3]) == 0 then return fence end`,
+);
+
+/** The keys the library sends a script that may grant: the lock's five and the server's life marker. */
+export const grantingKeys = (name: string): string[] => [...lockKeys(name).all, LIFE_KEY];
+
 /**
  * Cycles from the Mutex's commands up to this library's scripts, each adding what one guarantee
  * needs at the least: a fence taken atomically with the key (MULTI, cheaper than any script), then
- * the queue checked on both sides for FIFO. Every one of them is a correct uncontended cycle.
+ * the queue checked on both sides for FIFO; then the same in a script, then with the reads restart
+ * protection and lock-delay add. Every one of them is a correct uncontended cycle.
  */
 function commandCycles(name: string): CommandCycle[] {
   const keys = lockKeys(name);
@@ -54,6 +77,14 @@ function commandCycles(name: string): CommandCycle[] {
   };
   const fencedAcquire = (checkQueue: boolean) =>
     Buffer.from(command('MULTI') + command('INCR', keys.fence) + command('SET', keys.owner, owner, 'NX', 'PX', LEASE_MS) + (checkQueue ? command('LLEN', keys.queue) : '') + command('EXEC'));
+  /** A release sent once a script's acquire replied with a fence. */
+  const afterFence = (script: RedisScript<unknown>, releaseKeys: string[], value: string) => {
+    const release = Buffer.from(evalsha(script, releaseKeys, [value]));
+    return (reply: string) => {
+      if (!/^:\d+\r\n$/.test(reply)) throw new Error(`bare cycle on "${name}": the acquire was refused (${JSON.stringify(reply)})`);
+      return release;
+    };
+  };
   return [
     {
       label: "the Mutex's commands (SET NX PX; a compare-and-delete script)",
@@ -74,9 +105,21 @@ function commandCycles(name: string): CommandCycle[] {
       release: afterOk(compareAndDeleteIfNoQueue, [keys.owner, keys.queue]),
     },
     {
+      label: 'the same as one script (INCR, SET NX PX, LLEN; the same release)',
+      acquire: Buffer.from(evalsha(fencedFifoScript, [keys.owner, keys.fence, keys.queue], [owner, LEASE_MS])),
+      acquireReplies: 1,
+      release: afterFence(compareAndDeleteIfNoQueue, [keys.owner, keys.queue], owner),
+    },
+    {
+      label: 'that script reading the life marker and the delay key too (HMGET, EXISTS; the same release)',
+      acquire: Buffer.from(evalsha(guardedScript, [keys.owner, keys.fence, keys.queue, LIFE_KEY, `${keys.owner.slice(0, -5)}delay`], [owner, LEASE_MS])),
+      acquireReplies: 1,
+      release: afterFence(compareAndDeleteIfNoQueue, [keys.owner, keys.queue], owner),
+    },
+    {
       label: "this library's acquire and release scripts",
       // As the library sends it for a caller that may wait: '<staleAfterMs> <clientId>' too.
-      acquire: Buffer.from(evalsha(acquireScript, keys.all, [owner, LEASE_MS, '60000 bench-floor'])),
+      acquire: Buffer.from(evalsha(acquireScript, grantingKeys(name), [owner, LEASE_MS, '60000 bench-floor'])),
       acquireReplies: 1,
       release: (reply) => {
         const fence = /^:(\d+)\r\n$/.exec(reply)?.[1];
@@ -170,7 +213,11 @@ export type CommandCycleTimes = Map<string, number[]>;
 export async function measureCommandCycles(port: number): Promise<CommandCycleTimes> {
   const connection = await BareConnection.open(port);
   try {
-    for (const script of [compareAndDelete, compareAndDeleteIfNoQueue, acquireScript, releaseScript]) await connection.send(command('SCRIPT', 'LOAD', script.lua), 1);
+    for (const script of [compareAndDelete, compareAndDeleteIfNoQueue, fencedFifoScript, guardedScript, acquireScript, releaseScript]) {
+      await connection.send(command('SCRIPT', 'LOAD', script.lua), 1);
+    }
+    // The scripts that grant refuse while the server has no life marker: one, unless a library wrote it.
+    await connection.send(command('HSETNX', LIFE_KEY, 'id', 'bench-command-floors') + command('HSETNX', LIFE_KEY, 'ttl', LEASE_MS), 2);
     // Each round locks a fresh name: its cycles are encoded once, on first use.
     const cyclesByName = new Map<string, CommandCycle[]>();
     const labels = commandCycles('').map((cycle) => cycle.label);
