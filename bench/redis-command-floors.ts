@@ -1,7 +1,7 @@
 import { connect, type Socket } from 'node:net';
 import { ownerValue } from '../lib/backends/redis/redis-commands';
 import { lockKeys } from '../lib/backends/redis/redis-keys';
-import { acquireScript, releaseScript } from '../lib/backends/redis/redis-lock-scripts';
+import { acquireShortScript, releaseShortScript } from '../lib/backends/redis/redis-lock-scripts';
 import { RedisScript } from '../lib/backends/redis/redis-script';
 import { LIFE_KEY } from '../lib/backends/redis/server-life-scripts';
 import { bulks, commandHeader } from '../lib/backends/redis/resp-encoding';
@@ -119,12 +119,12 @@ function commandCycles(name: string): CommandCycle[] {
     {
       label: "this library's acquire and release scripts",
       // As the library sends it for a caller that may wait: '<staleAfterMs> <clientId>' too.
-      acquire: Buffer.from(evalsha(acquireScript, grantingKeys(name), [owner, LEASE_MS, '60000 bench-floor'])),
+      acquire: Buffer.from(evalsha(acquireShortScript, grantingKeys(name), [owner, LEASE_MS, '60000 bench-floor'])),
       acquireReplies: 1,
       release: (reply) => {
         const fence = /^:(\d+)\r\n$/.exec(reply)?.[1];
         if (fence === undefined) throw new Error(`bare cycle on "${name}": the acquire was refused (${JSON.stringify(reply)})`);
-        return evalsha(releaseScript, keys.all, [ownerValue(fence, owner)]);
+        return evalsha(releaseShortScript, [keys.owner, keys.queue], [ownerValue(fence, owner)]);
       },
     },
   ];
@@ -213,7 +213,7 @@ export type CommandCycleTimes = Map<string, number[]>;
 export async function measureCommandCycles(port: number): Promise<CommandCycleTimes> {
   const connection = await BareConnection.open(port);
   try {
-    for (const script of [compareAndDelete, compareAndDeleteIfNoQueue, fencedFifoScript, guardedScript, acquireScript, releaseScript]) {
+    for (const script of [compareAndDelete, compareAndDeleteIfNoQueue, fencedFifoScript, guardedScript, acquireShortScript, releaseShortScript]) {
       await connection.send(command('SCRIPT', 'LOAD', script.lua), 1);
     }
     // The scripts that grant refuse while the server has no life marker: one, unless a library wrote it.

@@ -6,7 +6,7 @@ import { createBackend } from '../lib/backends/registry';
 import { ownerValue } from '../lib/backends/redis/redis-commands';
 import { lockKeys } from '../lib/backends/redis/redis-keys';
 import { beginLifeScript, LIFE_KEY } from '../lib/backends/redis/server-life-scripts';
-import { acquireScript, releaseScript } from '../lib/backends/redis/redis-lock-scripts';
+import { acquireShortScript, releaseShortScript } from '../lib/backends/redis/redis-lock-scripts';
 import { lockServiceOver } from './lock-services';
 import { startRedisServer } from '../servers/redis-server';
 import { printFlashSale } from './report';
@@ -168,10 +168,12 @@ function scriptsAlone(client: Redis): LockRunner {
   return async (name, section) => {
     await (marked ??= beginLifeScript.run(client, [LIFE_KEY], ['bench-scripts-alone', String(LEASE_MS)]));
     const owner = `floor-${(++seq).toString(36)}`;
-    const fence = await acquireScript.run(client, grantingKeys(name), [owner, LEASE_MS, `${WAIT_MS} bench-floor`]);
+    const fence = await acquireShortScript.run(client, grantingKeys(name), [owner, LEASE_MS, `${WAIT_MS} bench-floor`]);
     if (typeof fence !== 'number') throw new Error(`the scripts-alone floor found "${name}" held`);
     await section();
-    await releaseScript.run(client, lockKeys(name).all, [ownerValue(fence, owner)]);
+    const keys = lockKeys(name);
+    // As the library releases a lock granted at once.
+    await releaseShortScript.run(client, [keys.owner, keys.queue], [ownerValue(fence, owner)]);
   };
 }
 

@@ -21,6 +21,8 @@ export class RedisBatch extends Batch {
   askedAt = 0;
   /** The acquire script's reply came (granted, or queued). */
   answered = false;
+  /** The entry queued behind another (its acquire script did not grant it at once). */
+  queued = false;
   /** A grant that came late is being confirmed with the server (see RedisLockBackend.grantLate). */
   confirming = false;
   /**

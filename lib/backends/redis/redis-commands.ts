@@ -3,7 +3,7 @@ import { SameTickBatches } from '../same-tick-batches';
 import type { Answered, RedisConnections } from './redis-connection';
 import { leaseField } from './redis-delay-lua';
 import { lockKeys, type LockKeys } from './redis-keys';
-import { acquireScript, cancelScript, checkScript, releaseScript, renewManyScript, renewScript, type AcquireReply } from './redis-lock-scripts';
+import { acquireScript, acquireShortScript, cancelScript, checkScript, releaseShortScript, releaseScript, renewManyScript, renewScript, type AcquireReply } from './redis-lock-scripts';
 import { modeAcquireScript, modeCancelScript, modeCheckScript, modeReleaseScript, modeRenewScript, type ModeAcquireReply } from './redis-mode-scripts';
 import type { RedisScript } from './redis-script';
 import { LIFE_KEY } from './server-life-scripts';
@@ -69,19 +69,34 @@ export class RedisCommands {
     }
   }
 
-  /** The acquire script without queueing (see AcquireReply). */
+  /**
+   * The acquire script without queueing (see AcquireReply): the short one, and the whole one
+   * only where a lease ran out while others queue (see acquireShortScript).
+   */
   tryAcquire(key: string, owner: string, ttlMs: number, lockDelayMs = 0): Promise<AcquireReply> {
     const before = this.beforeGrant();
     if (before) return before.then(() => this.tryAcquire(key, owner, ttlMs, lockDelayMs));
-    return this.run(acquireScript, 'try to acquire', key, [owner, leaseField(ttlMs, lockDelayMs)], this.grantingKeys(key));
+    const args = [owner, leaseField(ttlMs, lockDelayMs)];
+    const keys = this.grantingKeys(key);
+    return this.run(acquireShortScript, 'try to acquire', key, args, keys).then((reply) => reply ?? this.run(acquireScript, 'try to acquire', key, args, keys));
   }
 
-  /** The acquire script for an entry that may queue, its answer handed to `answered`. */
-  acquire(key: string, owner: string, ttlMs: number, lockDelayMs: number, staleAfterMs: number, answered: Answered<AcquireReply>): void {
+  /**
+   * The acquire script for an entry that may queue, its answer handed to `answered`: the short
+   * one, and the whole one where the short one could not do it (see acquireShortScript), unless
+   * the entry stopped waiting meanwhile (`waiting`): its cancel ran already, and nothing of it
+   * is left on the server, so the answer is a refusal.
+   */
+  acquire(key: string, owner: string, ttlMs: number, lockDelayMs: number, staleAfterMs: number, waiting: () => boolean, answered: Answered<AcquireReply>): void {
     const before = this.beforeGrant();
-    if (before) return void before.then(() => this.acquire(key, owner, ttlMs, lockDelayMs, staleAfterMs, answered), (error: Error) => answered(error, undefined, 0));
+    if (before) return void before.then(() => this.acquire(key, owner, ttlMs, lockDelayMs, staleAfterMs, waiting, answered), (error: Error) => answered(error, undefined, 0));
     const args = [owner, leaseField(ttlMs, lockDelayMs), `${staleAfterMs} ${this.clientId}`];
-    this.connections.runCallTo(acquireScript.call(this.grantingKeys(key), args), 'acquire', key, answered);
+    const keys = this.grantingKeys(key);
+    this.connections.runCallTo(acquireShortScript.call(keys, args), 'acquire', key, (error, reply, tag) => {
+      if (error || reply !== null) return answered(error, reply ?? undefined, tag);
+      if (!waiting()) return answered(undefined, [0, 0], tag);
+      this.connections.runCallTo(acquireScript.call(keys, args), 'acquire', key, answered, tag);
+    });
   }
 
   /**
@@ -113,11 +128,19 @@ export class RedisCommands {
   }
 
   /**
-   * One round trip, owner-checked against `value` ('<fence> <owner>'); the reply (0: not ours)
-   * changes nothing for the caller. `mayDelay`: the holder may have a lock-delay key to delete.
+   * Owner-checked against `value` ('<fence> <owner>'); the reply (0: not ours) changes nothing
+   * for the caller. `mayDelay`: the holder may have a lock-delay key to delete. `grantedAtOnce`:
+   * the holder never queued, so most likely nobody queues behind it either: the short script
+   * first, and the whole one only when others queue after all (a second round trip). A holder
+   * that queued sends the whole one: in a burst, others queue behind it too.
    */
-  release(key: string, value: string, mayDelay = false): Promise<void> {
-    return this.run(releaseScript, 'release', key, mayDelay ? [value, 1] : [value]) as Promise<unknown> as Promise<void>;
+  release(key: string, value: string, mayDelay = false, grantedAtOnce = false): Promise<void> {
+    const args = mayDelay ? [value, 1] : [value];
+    if (!grantedAtOnce) return this.run(releaseScript, 'release', key, args) as Promise<unknown> as Promise<void>;
+    const keys = this.keysOf(key);
+    return this.run(releaseShortScript, 'release', key, args, [keys.owner, keys.queue]).then((released) => {
+      if (released === 2) return this.run(releaseScript, 'release', key, args) as Promise<unknown> as Promise<void>;
+    });
   }
 
   /** Leaves the queue (handing on a grant that raced); `quiet` after a failure, when the server may well be down. */

@@ -158,17 +158,11 @@ export type QueuedReply = [0, number, string, number];
 export type AcquireReply = number | [0, number] | QueuedReply | LifeReply;
 
 /**
- * ARGV: owner, ttlMs, and, when the caller may queue, '<staleAfterMs> <clientId>'.
- * Reply: the fence (an integer) when granted; {0, ownerPttlMs} when held by another and the
- * caller may not queue; when queued {0, ownerPttlMs, fence, serverMs}: the fence the entry will
- * hold the lock with, and the server's time (ms), which bounds how far the server's clock is
- * ahead of ours; the life check's reply (LifeReply) when the server is closed to grants.
- * The common case costs the fewest words each way: Redis spends about as much on
- * each argument and on a table reply as on a command.
+ * The acquire script, with `tookExpired` for the case where the caller's SET took a key whose
+ * holder's lease ran out while others queue (they come first): see acquireScript and acquireShortScript.
  */
-export const acquireScript = new RedisScript<AcquireReply>(
-  'acquire',
-  `${lifeCheckLua(6, "string.match(ARGV[2], '^%d+')")}
+function acquireLua(tookExpired: string): string {
+  return `${lifeCheckLua(6, "string.match(ARGV[2], '^%d+')")}
 -- The fence first: the lock's if the key is free, this caller's place in the queue otherwise.
 local fence = redis.call('incr', KEYS[2])
 ${fenceEpochLua('fence', 'KEYS[2]')}
@@ -181,10 +175,7 @@ if taken and delay then redis.call('set', delay_key, fence_text .. ' ' .. ARGV[1
 -- The common case, before any function is made: a free key, nobody queued.
 if taken and redis.call('llen', KEYS[3]) == 0 then return fence end
 if taken then
-  do
-${COMMON}
-    if take_after_expiry(ARGV[1], ARGV[2], fence_text) then return fence end
-  end
+${tookExpired}
 end
 local pttl = redis.call('pttl', KEYS[1])
 if pttl < 0 then pttl = redis.call('pttl', delay_key) end
@@ -195,7 +186,38 @@ local now = now_ms()
 enqueue(ARGV[1], ARGV[2], client, fence_text)
 mark_alive(client, tonumber(stale_after), now)
 return {0, pttl, fence_text, now}
-`,
+`;
+}
+
+/**
+ * ARGV: owner, ttlMs, and, when the caller may queue, '<staleAfterMs> <clientId>'.
+ * Reply: the fence (an integer) when granted; {0, ownerPttlMs} when held by another and the
+ * caller may not queue; when queued {0, ownerPttlMs, fence, serverMs}: the fence the entry will
+ * hold the lock with, and the server's time (ms), which bounds how far the server's clock is
+ * ahead of ours; the life check's reply (LifeReply) when the server is closed to grants.
+ * The common case costs the fewest words each way: Redis spends about as much on
+ * each argument and on a table reply as on a command.
+ */
+export const acquireScript = new RedisScript<AcquireReply>(
+  'acquire',
+  acquireLua(`  do
+${COMMON}
+    if take_after_expiry(ARGV[1], ARGV[2], fence_text) then return fence end
+  end`),
+);
+
+/**
+ * acquireScript without the hand-off to the queue after an expired lease, the one case that needs
+ * the lock's shared functions: Redis spends time on every call in proportion to a script's text,
+ * and this one is a fifth of that one. In that case it gives the key back (the fence it took is
+ * simply never used) and replies nil: acquireScript is to be sent. Otherwise it replies as
+ * acquireScript does.
+ */
+export const acquireShortScript = new RedisScript<AcquireReply | null>(
+  'acquire',
+  acquireLua(`  redis.call('del', KEYS[1])
+  if delay then redis.call('del', delay_key) end
+  return false`),
 );
 
 /**
@@ -214,6 +236,22 @@ if redis.call('llen', KEYS[3]) == 0 then
 end
 ${COMMON}
 hand_off(true)
+return 1
+`,
+);
+
+/**
+ * releaseScript's common case alone, for a holder that was granted without queueing: Redis spends
+ * time on every call in proportion to a script's text, and this one is a twentieth of that one.
+ * KEYS: owner, queue. ARGV: as releaseScript's. Reply: 1 released, 0 not ours, 2 others queue and
+ * nothing was done: releaseScript hands the lock on.
+ */
+export const releaseShortScript = new RedisScript<0 | 1 | 2>(
+  'release',
+  `if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('llen', KEYS[2]) ~= 0 then return 2 end
+if ARGV[2] then redis.call('del', ${DELAY_KEY_LUA}) end
+redis.call('del', KEYS[1])
 return 1
 `,
 );

@@ -289,15 +289,18 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   private releaseEntry(batch: RedisBatch): Promise<void> {
     const { key, ownerValue } = batch;
     const write = batch.mode === 'write';
-    return this.releaseValue(key, ownerValue, write, batch.lockDelayMs > 0).catch((error) => {
+    return this.releaseValue(key, ownerValue, write, batch.lockDelayMs > 0, !batch.queued).catch((error) => {
       if (this.lifecycle.isOpen) this.releaseRetries.failed(key, ownerValue, write, performance.now() + this.life.longestTtlMs, error);
       throw error;
     });
   }
 
-  /** `mayHaveDelay`: the entry asked for a lock-delay (a retry says true: the script deletes only a delay key of a lock still ours). */
-  private releaseValue(key: string, value: string, write: boolean, mayHaveDelay: boolean): Promise<void> {
-    return write ? this.commands.release(key, value, mayHaveDelay) : this.commands.releaseMode(key, value);
+  /**
+   * `mayHaveDelay`: the entry asked for a lock-delay (a retry says true: the script deletes only a
+   * delay key of a lock still ours). `grantedAtOnce`: see RedisCommands.release.
+   */
+  private releaseValue(key: string, value: string, write: boolean, mayHaveDelay: boolean, grantedAtOnce = false): Promise<void> {
+    return write ? this.commands.release(key, value, mayHaveDelay, grantedAtOnce) : this.commands.releaseMode(key, value);
   }
 
   /** The cancel script of the entry's mode; `quiet` after a failure, when the server may well be down. */
@@ -333,7 +336,8 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
       );
       return;
     }
-    this.commands.acquire(batch.key, batch.owner, batch.ttlMs, batch.lockDelayMs, staleAfterMs, (error, reply) => {
+    const waiting = () => this.isWaiting(batch);
+    this.commands.acquire(batch.key, batch.owner, batch.ttlMs, batch.lockDelayMs, staleAfterMs, waiting, (error, reply) => {
       if (error) this.acquireFailed(batch, error);
       else this.onQueued(batch, reply!, sentAt);
     });
@@ -346,6 +350,7 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     if (life) return this.waitOutLife(batch, life);
     this.life.answered();
     const granted = typeof reply === 'number';
+    batch.queued = !granted;
     // Else withdrawn (its cancel, sent after, hands a grant on), or granted by a message that came first.
     if (this.isWaiting(batch)) {
       if (granted) {
