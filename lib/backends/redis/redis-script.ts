@@ -36,9 +36,8 @@ function sendWith(client: RedisClientLike): SendCall<Promise<unknown>> {
 }
 
 /**
- * The script without its comment lines, indentation and blank lines. Redis spends time on every
- * call of a script in proportion to the length of its text, comments included (about 6 us per
- * call for our 10 KB scripts on the bench machine, against 1-3 us once compacted; BENCHMARKS.md).
+ * The script without its comment lines, indentation and blank lines: Redis spends time on every
+ * call of a script in proportion to the length of its text, comments included (docs/redis.md).
  * A script with a long string or comment (`[[`, `[==[`) is left as written: a line inside one
  * is not code.
  */
