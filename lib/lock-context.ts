@@ -53,7 +53,7 @@ export const lockContext = new AsyncLocalStorage<LockScope>();
 
 /** Calls of runInScope whose lock has not begun its release yet, across every LockService. */
 let openScopes = 0;
-/** Calls of runInScope so far: the idle check tells a busy process from an idle one by it. */
+/** Calls of runInScope so far: the idle check tells a busy process from an idle one by it, leftScope a young one from a warm one. */
 let entered = 0;
 let idleCheck: NodeJS.Timeout | undefined;
 
@@ -64,6 +64,18 @@ let idleCheck: NodeJS.Timeout | undefined;
  * for the rest of its promises.
  */
 export const IDLE_DISABLE_MS = 1_000;
+
+/**
+ * For its first locks a process disables the storage as each lock's release begins instead: until
+ * V8 has optimized Node's hook functions, running them for every promise costs more than turning
+ * them off and on. A short-lived process (a cron job, a CLI) takes only such locks.
+ */
+export const YOUNG_PROCESS_SCOPES = 250;
+
+/** Calls of runInScope in this process so far. */
+export function lockScopesEntered(): number {
+  return entered;
+}
 
 /** `fn(handle)` inside `scope`; the caller calls leftScope as the lock's release begins. */
 export function runInScope<T>(scope: LockScope | undefined, fn: (handle: LockHandle) => T, handle: LockHandle): T {
@@ -76,11 +88,14 @@ export function runInScope<T>(scope: LockScope | undefined, fn: (handle: LockHan
  * A scope's lock is being released (its release starts right after). With no scope open, every
  * store that async resources still carry holds only released locks, which find() and innermost
  * skip, so nothing can tell the storage is off: once no scope has been open or entered for
- * IDLE_DISABLE_MS, it is disabled, which stops Node's promise hooks (an enabled AsyncLocalStorage
- * runs them for every promise of the process) until the next lock is entered (run() enables it).
+ * IDLE_DISABLE_MS (at once in a young process), it is disabled, which stops Node's promise hooks
+ * (an enabled AsyncLocalStorage runs them for every promise of the process) until the next lock
+ * is entered (run() enables it).
  */
 export function leftScope(): void {
-  if (--openScopes === 0 && !idleCheck) armIdleCheck(entered);
+  if (--openScopes !== 0) return;
+  if (entered <= YOUNG_PROCESS_SCOPES) lockContext.disable();
+  else if (!idleCheck) armIdleCheck(entered);
 }
 
 function armIdleCheck(enteredAtArming: number): void {

@@ -5,8 +5,7 @@ import { currentLock, DistributedLockError, LockConfigError, LockKeyError, LockL
 import { countingBackend } from '../support/counting-backend';
 import { lockServiceOver } from '../support/lock-service-factory';
 import { overriddenBackend } from '../support/overridden-backend';
-import { abortedWithin, eventually, sleep } from '../support/timing';
-import { IDLE_DISABLE_MS, lockContext } from '../../lib/lock-context';
+import { abortedWithin, sleep } from '../support/timing';
 
 /** What the service does above any backend: leases, renewal outcomes, the async context. */
 describe('LockService and its leases', () => {
@@ -141,23 +140,6 @@ describe('LockService and its leases', () => {
     let child!: Promise<string | undefined>;
     await service.withLock('kept', () => void (child = sleep(30).then(() => currentLock()?.key)), { minHoldMs: 300 });
     assert.equal(await child, 'kept', 'a lock kept for minHoldMs was no longer current for its own child');
-  });
-
-  it("the async context's hooks stay on while locks keep coming, go off once idle, and come back with the next lock", async () => {
-    const service = lockServiceOver(new MemoryLockBackend());
-    // Node's AsyncLocalStorage keeps whether its hooks run in `enabled` (not public API).
-    const enabled = () => (lockContext as unknown as { enabled: boolean }).enabled;
-    const startedAt = Date.now();
-    while (Date.now() - startedAt < IDLE_DISABLE_MS * 1.5) {
-      await service.withLock('busy', () => sleep(5));
-      assert.equal(enabled(), true, `disabled between locks ${Date.now() - startedAt} ms into a busy run`);
-    }
-    await eventually(() => !enabled(), IDLE_DISABLE_MS * 3, 'the storage to be disabled once no lock was entered');
-    await service.withLock('after idle', async () => {
-      await sleep(1);
-      assert.equal(currentLock()?.key, 'after idle');
-      await service.withLock('after idle', (inner) => assert.equal(inner.reentrant, true));
-    });
   });
 
   it('inspect and forceRelease on a custom backend without them: LockConfigError naming the method, before any I/O', async () => {
