@@ -10,7 +10,7 @@ export interface HolderRun {
   readonly entered: Promise<{ fencingToken: string; at: string; held: boolean }>;
   readonly done: Promise<{ error?: { name: string; message: string; reason?: string } }>;
   /** Its critical section (grant to handler end, or to the lost signal if that came first), once reported. */
-  sections(): { fencingToken: string; start: string; end: string }[];
+  sections(): { fencingToken: string; start: string; end: string; cutShort: boolean }[];
 }
 
 /**

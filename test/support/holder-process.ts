@@ -17,8 +17,8 @@ export type HolderEvent =
   | { type: 'acquired'; fencingToken: string; grantedAt: string }
   /** withLock's handler began; `held`: its lock was held and not known lost at that moment. */
   | { type: 'entered'; fencingToken: string; at: string; held: boolean }
-  /** The critical section ran as holder from `start` to `end` (the handler's end, or its lock's loss if earlier). */
-  | { type: 'section'; fencingToken: string; start: string; end: string }
+  /** The critical section ran as holder from `start` to `end` (the handler's end, or its lock's loss if earlier: then `cutShort`). */
+  | { type: 'section'; fencingToken: string; start: string; end: string; cutShort: boolean }
   | { type: 'done'; error?: { name: string; message: string; reason?: string } }
   /** `at`: process.hrtime.bigint() when the signal fired, as `grantedAt`. */
   | { type: 'lost'; message: string; at: string }

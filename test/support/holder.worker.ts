@@ -93,7 +93,7 @@ async function criticalSection(
             resolve();
           });
         });
-        send({ type: 'section', fencingToken: lock.fencingToken.toString(), start: start.toString(), end: (lostAt ?? now()).toString() });
+        send({ type: 'section', fencingToken: lock.fencingToken.toString(), start: start.toString(), end: (lostAt ?? now()).toString(), cutShort: lostAt !== undefined });
       },
       { waitTimeoutMs: command.waitTimeoutMs },
     );

@@ -97,7 +97,9 @@ describe('Redis backend behind Sentinel, its primary killed', { timeout: FAULT_S
       [undefined, undefined, undefined, undefined, undefined],
       'a lock was lost, or a wait failed, across the failover',
     );
-    assert.ok(heldForMs >= holder.holdMs, `p0 held only ${heldForMs} ms`);
+    // Told by the child, not judged by the section's length: its timer counts from the event
+    // loop's cached clock, so a full section can measure a fraction of a millisecond short.
+    assert.equal(held.cutShort, false, `p0's section was cut short by a lost signal after ${heldForMs} ms`);
     assert.ok(handOnAfterMs <= BOUND_MS, `p0's next waiter was granted ${handOnAfterMs} ms after p0 let go`);
     // No overlap of live holds, and tokens strictly increasing, on each name.
     assertExclusive(holders.intervals([holder, ...keptWaiters]));

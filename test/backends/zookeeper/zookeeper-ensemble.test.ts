@@ -99,7 +99,9 @@ describe('ZooKeeper backend on a 3-member ensemble whose leader dies', { timeout
       [undefined, undefined, undefined, undefined, undefined],
       'a lock was lost, or a wait failed, across the leader change',
     );
-    assert.ok(heldForMs >= holder.holdMs, `p0 held only ${heldForMs} ms`);
+    // Told by the child, not judged by the section's length: its timer counts from the event
+    // loop's cached clock, so a full section can measure a fraction of a millisecond short.
+    assert.equal(held.cutShort, false, `p0's section was cut short by a lost signal after ${heldForMs} ms`);
     assertExclusive(keptIntervals);
     assertExclusive(handoverIntervals);
     assert.equal(keptIntervals.length, 3);
