@@ -355,8 +355,11 @@ export class RedisConnections {
     if (error instanceof LockBackendError) return error;
     const message = (error as Error)?.message ?? '';
     if (message === 'Command timed out') this.stalled = error as Error;
+    // A reply before the connection is ready is its handshake's refusal (WRONGPASS): ioredis fails
+    // the commands queued meanwhile with it, maybe before the connection's own error event.
+    const handshake = this.client.status !== 'ready' && (error as Error)?.name === 'ReplyError' ? (error as Error) : undefined;
     // The connection's own error (ECONNREFUSED) says more than ioredis' "max retries" wording.
-    const down = this.unreachable() ?? (isConnectionError(message) ? (this.lastError ?? (error as Error)) : undefined);
+    const down = handshake ?? this.unreachable() ?? (isConnectionError(message) ? (this.lastError ?? (error as Error)) : undefined);
     if (down) return new LockServerUnreachableError('redis', operation, this.address, Math.round(performance.now() - startedAt), down);
     return new LockBackendError('redis', operation, error, this.address);
   }

@@ -135,12 +135,6 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     await this.connections.ping();
   }
 
-  /** Until the grant channel is subscribed a pushed grant would be lost: an acquisition waits for it, bounded. */
-  override acquire(request: AcquireRequest): Promise<LockGrant> {
-    if (this.lifecycle.isOpen && !this.connections.subscribed) return this.connections.whenSubscribed(`acquire "${request.key}"`, request.signal).then(() => this.acquire(request));
-    return super.acquire(request);
-  }
-
   /**
    * The acquire script of the request's mode without queueing. The try's entry is named as a
    * batch's, after this process's client id, so inspect finds its holder description.
@@ -329,9 +323,11 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
 
   private sendAcquire(batch: RedisBatch, sentAt = performance.now()): void {
     const staleAfterMs = this.watches.staleAfter(batch.key, batch.ttlMs);
+    // Not waited for: only an entry that queues needs the grant channel (onQueued).
+    const subscribed = this.connections.subscribed;
     if (batch.mode !== 'write') {
       this.commands.acquireMode(batch.key, batch.owner, batch.ttlMs, batch.scriptMode, staleAfterMs).then(
-        (reply) => this.onQueued(batch, reply, sentAt),
+        (reply) => this.onQueued(batch, reply, sentAt, subscribed),
         (error) => this.acquireFailed(batch, error),
       );
       return;
@@ -339,15 +335,18 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     const waiting = () => this.isWaiting(batch);
     this.commands.acquire(batch.key, batch.owner, batch.ttlMs, batch.lockDelayMs, staleAfterMs, waiting, (error, reply) => {
       if (error) this.acquireFailed(batch, error);
-      else this.onQueued(batch, reply!, sentAt);
+      else this.onQueued(batch, reply!, sentAt, subscribed);
     });
   }
 
-  /** The acquire script's answer for the batch's entry: granted, queued behind someone, or (a permit) refused for its limit. */
-  private onQueued(batch: RedisBatch, reply: AcquireReply | ModeAcquireReply, sentAt: number): void {
+  /**
+   * The acquire script's answer for the batch's entry: granted, queued behind someone, or (a permit)
+   * refused for its limit. `subscribed`: the grant channel was subscribed when the script was sent.
+   */
+  private onQueued(batch: RedisBatch, reply: AcquireReply | ModeAcquireReply, sentAt: number, subscribed = true): void {
     batch.answered = true;
     const life = lifeReply(reply);
-    if (life) return this.waitOutLife(batch, life);
+    if (life) return this.waitOutLife(batch, life, subscribed);
     this.life.answered();
     const granted = typeof reply === 'number';
     batch.queued = !granted;
@@ -362,9 +361,24 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
         const [, ownerPttlMs, , serverMs] = reply as QueuedReply;
         this.watches.add(batch).clock.sample(serverMs, sentAt);
         this.watches.schedule(batch.key, ownerPttlMs);
+        if (!subscribed) this.checkOnceSubscribed(batch);
       }
     }
     this.queues.sent(batch, !granted);
+  }
+
+  /**
+   * The entry queued before the grant channel was subscribed: a grant published before then was
+   * lost, so the key is checked as soon as the channel is (the check finds grants). A channel
+   * still not subscribed after serverTimeoutMs fails the entry: it could not hear of its grant.
+   */
+  private checkOnceSubscribed(batch: RedisBatch): void {
+    this.connections.whenSubscribed(`acquire "${batch.key}"`).then(
+      () => {
+        if (this.isWaiting(batch)) this.watches.schedule(batch.key, -1, 0);
+      },
+      (error: unknown) => this.acquireFailed(batch, error),
+    );
   }
 
   /**
@@ -373,13 +387,14 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
    * quarantine is over. Meanwhile the check comes at its usual period, not only at the end: it
    * keeps this process's waiters alive and finds a grant a release handed over.
    */
-  private waitOutLife(batch: RedisBatch, reply: LifeReply): void {
+  private waitOutLife(batch: RedisBatch, reply: LifeReply, subscribed: boolean): void {
     if (this.isWaiting(batch)) {
       this.watches.add(batch);
       void this.life.after(reply).then(
         (waitMs) => this.watches.schedule(batch.key, waitMs),
         () => this.watches.schedule(batch.key, -1),
       );
+      if (!subscribed) this.checkOnceSubscribed(batch);
     }
     this.queues.sent(batch, true);
   }
