@@ -70,6 +70,11 @@ export class RedisConnections {
   readonly serverTimeoutMs: number;
   /** True once the grant channel is subscribed; before then an acquisition could miss its grant. */
   subscribed = false;
+  /**
+   * SUBSCRIBEs of the grant channel answered so far, the first and each after a reconnection: an
+   * entry sent under another count (or under none) may have missed a grant published between.
+   */
+  subscriptions = 0;
   /** The last error a connection reported, kept as the cause of "unreachable". */
   private lastError?: Error;
   /** The connections are TLS (rediss://, or a `tls` option): their errors get explainTlsError's wording. */
@@ -395,6 +400,7 @@ export class RedisConnections {
       () => {
         this.subscribing = false;
         this.subscribed = true;
+        this.subscriptions++;
         this.stalled = undefined;
         // A SUBSCRIBE answered after close() does not let a caller that came since go on.
         if (this.closed) this.subscribedWaits.fail(this.closedError);
@@ -414,6 +420,7 @@ export class RedisConnections {
   private resubscribe(): void {
     this.subscriber.subscribe(this.channel).then(
       () => {
+        this.subscriptions++;
         if (!this.closed) this.onResubscribed();
       },
       () => undefined,

@@ -324,10 +324,10 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
   private sendAcquire(batch: RedisBatch, sentAt = performance.now()): void {
     const staleAfterMs = this.watches.staleAfter(batch.key, batch.ttlMs);
     // Not waited for: only an entry that queues needs the grant channel (onQueued).
-    const subscribed = this.connections.subscribed;
+    const subscription = this.connections.subscriptions;
     if (batch.mode !== 'write') {
       this.commands.acquireMode(batch.key, batch.owner, batch.ttlMs, batch.scriptMode, staleAfterMs).then(
-        (reply) => this.onQueued(batch, reply, sentAt, subscribed),
+        (reply) => this.onQueued(batch, reply, sentAt, subscription),
         (error) => this.acquireFailed(batch, error),
       );
       return;
@@ -335,18 +335,20 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
     const waiting = () => this.isWaiting(batch);
     this.commands.acquire(batch.key, batch.owner, batch.ttlMs, batch.lockDelayMs, staleAfterMs, waiting, (error, reply) => {
       if (error) this.acquireFailed(batch, error);
-      else this.onQueued(batch, reply!, sentAt, subscribed);
+      else this.onQueued(batch, reply!, sentAt, subscription);
     });
   }
 
   /**
    * The acquire script's answer for the batch's entry: granted, queued behind someone, or (a permit)
-   * refused for its limit. `subscribed`: the grant channel was subscribed when the script was sent.
+   * refused for its limit. `subscription`: the grant channel's subscription count when it was sent.
    */
-  private onQueued(batch: RedisBatch, reply: AcquireReply | ModeAcquireReply, sentAt: number, subscribed = true): void {
+  private onQueued(batch: RedisBatch, reply: AcquireReply | ModeAcquireReply, sentAt: number, subscription: number): void {
     batch.answered = true;
+    // Not subscribed then, or subscribed again since: a grant may have been published unheard.
+    const unheard = subscription === 0 || subscription !== this.connections.subscriptions;
     const life = lifeReply(reply);
-    if (life) return this.waitOutLife(batch, life, subscribed);
+    if (life) return this.waitOutLife(batch, life, unheard);
     this.life.answered();
     const granted = typeof reply === 'number';
     batch.queued = !granted;
@@ -361,16 +363,17 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
         const [, ownerPttlMs, , serverMs] = reply as QueuedReply;
         this.watches.add(batch).clock.sample(serverMs, sentAt);
         this.watches.schedule(batch.key, ownerPttlMs);
-        if (!subscribed) this.checkOnceSubscribed(batch);
+        if (unheard) this.checkOnceSubscribed(batch);
       }
     }
     this.queues.sent(batch, !granted);
   }
 
   /**
-   * The entry queued before the grant channel was subscribed: a grant published before then was
-   * lost, so the key is checked as soon as the channel is (the check finds grants). A channel
-   * still not subscribed after serverTimeoutMs fails the entry: it could not hear of its grant.
+   * The entry queued before the grant channel was subscribed (or subscribed again after a
+   * reconnection, before this entry was among the keys checked then): a grant published before
+   * then went unheard, so the key is checked as soon as the channel is (the check finds grants). A
+   * channel still not subscribed after serverTimeoutMs fails the entry: it could not hear of its grant.
    */
   private checkOnceSubscribed(batch: RedisBatch): void {
     this.connections.whenSubscribed(`acquire "${batch.key}"`).then(
@@ -387,14 +390,14 @@ export class RedisLockBackend extends LocalQueueBackend<RedisBatch> implements L
    * quarantine is over. Meanwhile the check comes at its usual period, not only at the end: it
    * keeps this process's waiters alive and finds a grant a release handed over.
    */
-  private waitOutLife(batch: RedisBatch, reply: LifeReply, subscribed: boolean): void {
+  private waitOutLife(batch: RedisBatch, reply: LifeReply, unheard: boolean): void {
     if (this.isWaiting(batch)) {
       this.watches.add(batch);
       void this.life.after(reply).then(
         (waitMs) => this.watches.schedule(batch.key, waitMs),
         () => this.watches.schedule(batch.key, -1),
       );
-      if (!subscribed) this.checkOnceSubscribed(batch);
+      if (unheard) this.checkOnceSubscribed(batch);
     }
     this.queues.sent(batch, true);
   }
