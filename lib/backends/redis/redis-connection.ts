@@ -68,8 +68,6 @@ export class RedisConnections {
   readonly ownsClient: boolean;
   readonly address: string;
   readonly serverTimeoutMs: number;
-  /** True once the grant channel is subscribed; before then an acquisition could miss its grant. */
-  subscribed = false;
   /**
    * SUBSCRIBEs of the grant channel answered so far, the first and each after a reconnection: an
    * entry sent under another count (or under none) may have missed a grant published between.
@@ -159,6 +157,11 @@ export class RedisConnections {
       );
     }, settings.serverTimeoutMs);
     this.startupWarning.unref();
+  }
+
+  /** True once the grant channel was subscribed; before then an acquisition could miss its grant. */
+  get subscribed(): boolean {
+    return this.subscriptions > 0;
   }
 
   /**
@@ -399,7 +402,6 @@ export class RedisConnections {
     this.subscriber.subscribe(this.channel).then(
       () => {
         this.subscribing = false;
-        this.subscribed = true;
         this.subscriptions++;
         this.stalled = undefined;
         // A SUBSCRIBE answered after close() does not let a caller that came since go on.
