@@ -7,7 +7,8 @@ import { DistributedLockError, LockLostError, LockServerUnreachableError, type L
 import { driftAllowanceMs } from './lock-defaults';
 import { assertTtl } from './lock-options';
 import { withinServerTimeout } from './server-timeout';
-import { listenToAbort, stopListeningToAbort, type AbortWatcher } from './shared-abort-listeners';
+import { unwatchGrantLoss, watchGrantLoss } from './grant-loss';
+import type { AbortWatcher } from './shared-abort-listeners';
 
 /**
  * Local clocks and the server's drift apart, and a grant arrives a little after the server
@@ -77,8 +78,7 @@ export class LockLease implements AbortWatcher {
     }
     if (autoRenew) this.renewAt = nextRenewal(this.interval(), now);
     this.arm();
-    if (grant.lost.aborted) this.reportedLost(grant.lost.reason);
-    else listenToAbort(grant.lost, this);
+    watchGrantLoss(grant, this);
   }
 
   get signal(): AbortSignal {
@@ -296,7 +296,7 @@ export class LockLease implements AbortWatcher {
 
   private stop(): void {
     deadlines.cancel(this.timer);
-    stopListeningToAbort(this.grant.lost, this);
+    unwatchGrantLoss(this.grant, this);
   }
 
   /**

@@ -1,5 +1,6 @@
 import type { Etcd3, ITxnRequest, ITxnResponse } from 'etcd3';
 import { LockBackendError, LockServerUnreachableError } from '../../errors';
+import { GrantLoss, GrantWithLoss } from '../../grant-loss';
 import { DEFAULT_KEY_PREFIX, DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, EntryMode, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
@@ -324,8 +325,8 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
 
   /** BatchEntries: the grant of a caller served under the batch's key. */
   grant(batch: EtcdBatch, { key, owner }: Pick<AcquireRequest, 'key' | 'owner'>): LockGrant {
-    const lost = new AbortController();
-    const grant: LockGrant = { key, owner, fencingToken: batch.token(), lost: lost.signal };
+    const lost = new GrantLoss();
+    const grant = new GrantWithLoss(key, owner, batch.token(), lost);
     this.held.set(owner, { grant, lost, batch });
     // Granted by an answer that raced with the session's loss: report it lost at once.
     if (!batch.session!.alive && this.held.get(owner)?.grant === grant) {

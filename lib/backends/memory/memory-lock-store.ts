@@ -1,4 +1,5 @@
 import { LockConfigError } from '../../errors';
+import { GrantLoss } from '../../grant-loss';
 import type { EntryMode, LockHolder, LockInspection } from '../lock-backend.interface';
 import { mayGo } from '../entry-rule';
 
@@ -34,12 +35,12 @@ export interface MemoryGrant {
   readonly key: string;
   readonly owner: string;
   readonly fencingToken: bigint;
-  readonly lost: AbortSignal;
+  /** Lost without a release (lease ended, forced release, client closed): shared by the grants served under the entry. */
+  readonly loss: GrantLoss;
 }
 
 interface Held {
   readonly grant: MemoryGrant;
-  readonly lost: AbortController;
   expiry: NodeJS.Timeout;
   /** performance.now() of the grant, and of the lease's end as last set: what inspect reports. */
   readonly grantedAt: number;
@@ -183,7 +184,7 @@ export class MemoryLockStore {
   private lose(removed: QueuedEntry[], reason: Error): void {
     for (const { held } of removed) clearTimeout(held!.expiry);
     for (const { entry } of removed) entry.onLost?.();
-    for (const { held } of removed) held!.lost.abort(reason);
+    for (const { held } of removed) held!.grant.loss.abort(reason);
   }
 
   /**
@@ -248,11 +249,9 @@ export class MemoryLockStore {
 
   private grant(key: string, queued: QueuedEntry): Held {
     const { owner, ttlMs } = queued.entry;
-    const lost = new AbortController();
     const grantedAt = performance.now();
     return {
-      grant: { key, owner, fencingToken: ++this.lastFence, lost: lost.signal },
-      lost,
+      grant: { key, owner, fencingToken: ++this.lastFence, loss: new GrantLoss() },
       expiry: this.expireAfter(key, owner, ttlMs),
       grantedAt,
       expiresAt: grantedAt + ttlMs,

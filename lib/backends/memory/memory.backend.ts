@@ -1,4 +1,5 @@
 import type { AcquireRequest, EntryMode, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
+import { GrantWithLoss } from '../../grant-loss';
 import { batchToken } from '../../queue/batch';
 import { LocalQueueBackend } from '../../queue/local-queue-backend';
 import { MemoryBatch } from './memory-batch';
@@ -111,7 +112,7 @@ export class MemoryLockBackend extends LocalQueueBackend<MemoryBatch> implements
   grant(batch: MemoryBatch, { key, owner, ttlMs }: Pick<AcquireRequest, 'key' | 'owner' | 'ttlMs'>): LockGrant {
     if (!batch.fresh || ttlMs !== batch.entry!.ttlMs) this.lease(batch, ttlMs, batch.holders.size > 0);
     batch.fresh = false;
-    const grant: LockGrant = { key, owner, fencingToken: batch.token(), lost: batch.held!.lost };
+    const grant = new GrantWithLoss(key, owner, batch.token(), batch.held!.loss);
     this.held.set(owner, { grant, batch });
     return grant;
   }

@@ -1,4 +1,5 @@
 import { DistributedLockError, LockConfigError } from '../../errors';
+import { GrantLoss, GrantWithLoss } from '../../grant-loss';
 import type { AcquireRequest, EntryMode, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import { LocalQueueBackend, type ServedGrant } from '../../queue/local-queue-backend';
 import type { ZkModule, ZkStat } from './zookeeper-client';
@@ -267,9 +268,9 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
    */
   grant(batch: ZooKeeperBatch, { key, owner, ttlMs }: Pick<AcquireRequest, 'key' | 'owner' | 'ttlMs'>): LockGrant {
     const { session } = batch.place!;
-    const lost = new AbortController();
+    const lost = new GrantLoss();
     const requestedAt = Math.min(performance.now(), session.lastContact + Math.max(0, session.timeoutMs - ttlMs));
-    const grant: LockGrant = { key, owner, fencingToken: batch.token(), lost: lost.signal, requestedAt };
+    const grant = new GrantWithLoss(key, owner, batch.token(), lost, requestedAt);
     this.held.set(owner, { grant, lost, batch });
     return grant;
   }
