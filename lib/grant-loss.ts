@@ -1,5 +1,5 @@
 import type { LockGrant } from './backends/lock-backend.interface';
-import { listenToAbort, stopListeningToAbort, type AbortWatcher } from './shared-abort-listeners';
+import { AbortWatchers, listenToAbort, stopListeningToAbort, type AbortWatcher } from './shared-abort-listeners';
 
 /**
  * A grant's lost signal, made only when someone asks for it: most grants end released, never
@@ -10,8 +10,7 @@ import { listenToAbort, stopListeningToAbort, type AbortWatcher } from './shared
 export class GrantLoss {
   private controller?: AbortController;
   private ended?: { readonly reason: unknown };
-  private one?: AbortWatcher;
-  private many?: Set<AbortWatcher>;
+  private readonly watchers = new AbortWatchers();
 
   /** Made on first access; already aborted when the grant was lost before. */
   get signal(): AbortSignal {
@@ -27,25 +26,17 @@ export class GrantLoss {
     if (this.ended) return;
     this.ended = { reason };
     this.controller?.abort(reason);
-    const watchers = this.many ? [...this.many] : this.one ? [this.one] : [];
-    this.one = this.many = undefined;
-    for (const watcher of watchers) watcher.aborted(reason);
+    this.watchers.tell(reason);
   }
 
   /** Tells `watcher` when the grant is lost: at once when it already is. */
   watch(watcher: AbortWatcher): void {
     if (this.ended) return watcher.aborted(this.ended.reason);
-    if (this.many) this.many.add(watcher);
-    else if (!this.one) this.one = watcher;
-    else {
-      this.many = new Set([this.one, watcher]);
-      this.one = undefined;
-    }
+    this.watchers.add(watcher);
   }
 
   unwatch(watcher: AbortWatcher): void {
-    if (this.one === watcher) this.one = undefined;
-    else this.many?.delete(watcher);
+    this.watchers.delete(watcher);
   }
 }
 
