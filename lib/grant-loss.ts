@@ -1,44 +1,6 @@
 import type { LockGrant } from './backends/lock-backend.interface';
-import { AbortWatchers, listenToAbort, stopListeningToAbort, type AbortWatcher } from './shared-abort-listeners';
-
-/**
- * A grant's lost signal, made only when someone asks for it: most grants end released, never
- * lost, and an AbortController with its listener costs an in-process lock cycle more than the
- * rest of its grant's bookkeeping. The core's lease is told directly (watchGrantLoss). Fires
- * once; the holders of one entry may share it.
- */
-export class GrantLoss {
-  private controller?: AbortController;
-  private ended?: { readonly reason: unknown };
-  private readonly watchers = new AbortWatchers();
-
-  /** Made on first access; already aborted when the grant was lost before. */
-  get signal(): AbortSignal {
-    if (!this.controller) {
-      this.controller = new AbortController();
-      if (this.ended) this.controller.abort(this.ended.reason);
-    }
-    return this.controller.signal;
-  }
-
-  /** The grant is lost: its signal aborts (if made), then every watcher is told, once. */
-  abort(reason: unknown): void {
-    if (this.ended) return;
-    this.ended = { reason };
-    this.controller?.abort(reason);
-    this.watchers.tell(reason);
-  }
-
-  /** Tells `watcher` when the grant is lost: at once when it already is. */
-  watch(watcher: AbortWatcher): void {
-    if (this.ended) return watcher.aborted(this.ended.reason);
-    this.watchers.add(watcher);
-  }
-
-  unwatch(watcher: AbortWatcher): void {
-    this.watchers.delete(watcher);
-  }
-}
+import { unwatchStop, watchStop, type LazyAbort, type StopSignal } from './lazy-abort';
+import type { AbortWatcher } from './shared-abort-listeners';
 
 /**
  * `lost` as an own, enumerable property that makes the signal when read: a wrapping backend that
@@ -51,7 +13,11 @@ const LOST_PROPERTY: PropertyDescriptor = {
   enumerable: true,
 };
 
-/** A grant whose lost signal is a GrantLoss: the memory backend's, and the session backends' (etcd, ZooKeeper). */
+/**
+ * A grant whose lost signal is a LazyAbort, made only when someone asks for it (most grants end
+ * released, never lost): the memory backend's, and the session backends' (etcd, ZooKeeper). The
+ * holders of one entry may share it.
+ */
 export class GrantWithLoss implements LockGrant {
   declare readonly lost: AbortSignal;
 
@@ -59,7 +25,7 @@ export class GrantWithLoss implements LockGrant {
     readonly key: string,
     readonly owner: string,
     readonly fencingToken: bigint,
-    readonly loss: GrantLoss,
+    readonly loss: LazyAbort,
     readonly requestedAt?: number,
   ) {
     Object.defineProperty(this, 'lost', LOST_PROPERTY);
@@ -68,13 +34,13 @@ export class GrantWithLoss implements LockGrant {
 
 /** Tells `watcher` when `grant` is lost (at once when it already is), with no AbortSignal made for a GrantWithLoss. */
 export function watchGrantLoss(grant: LockGrant, watcher: AbortWatcher): void {
-  if (grant instanceof GrantWithLoss) return grant.loss.watch(watcher);
-  const lost = grant.lost;
-  if (lost.aborted) watcher.aborted(lost.reason);
-  else listenToAbort(lost, watcher);
+  watchStop(lossOf(grant), watcher);
 }
 
 export function unwatchGrantLoss(grant: LockGrant, watcher: AbortWatcher): void {
-  if (grant instanceof GrantWithLoss) grant.loss.unwatch(watcher);
-  else stopListeningToAbort(grant.lost, watcher);
+  unwatchStop(lossOf(grant), watcher);
+}
+
+function lossOf(grant: LockGrant): StopSignal {
+  return grant instanceof GrantWithLoss ? grant.loss : grant.lost;
 }

@@ -1,6 +1,6 @@
 import { BackendLifecycle } from '../backends/backend-lifecycle';
 import type { AcquireRequest, LockGrant } from '../backends/lock-backend.interface';
-import type { GrantLoss } from '../grant-loss';
+import type { LazyAbort } from '../lazy-abort';
 import type { Batch } from './batch';
 import { LocalQueues, type BatchEntries } from './local-queues';
 import { waitOf } from './pending-wait';
@@ -12,7 +12,7 @@ export interface ServedGrant<B extends Batch> {
   /** The ttl the holder's lease has at the server once renewed for it (backends that renew per holder). */
   ttlMs?: number;
   /** Fires the grant's lost signal, for a backend that learns of a loss without asking (a session, a watch). */
-  readonly lost?: GrantLoss;
+  readonly lost?: LazyAbort;
 }
 
 export interface LocalQueueBackendOptions {

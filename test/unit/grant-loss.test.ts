@@ -2,7 +2,8 @@ import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { MemoryLockBackend } from '../../lib';
-import { GrantLoss, GrantWithLoss, unwatchGrantLoss, watchGrantLoss } from '../../lib/grant-loss';
+import { GrantWithLoss, unwatchGrantLoss, watchGrantLoss } from '../../lib/grant-loss';
+import { LazyAbort } from '../../lib/lazy-abort';
 import type { AbortWatcher } from '../../lib/shared-abort-listeners';
 import { lockServiceOver } from '../support/lock-service-factory';
 
@@ -12,9 +13,9 @@ function recorder(): AbortWatcher & { told: unknown[] } {
   return { told, aborted: (reason) => void told.push(reason) };
 }
 
-describe("a grant's lost signal made on demand (GrantLoss)", () => {
+describe("a grant's lost signal made on demand (LazyAbort)", () => {
   it('tells every watcher once, and a signal asked for before or after the loss is aborted with its reason', () => {
-    const loss = new GrantLoss();
+    const loss = new LazyAbort();
     const early = new GrantWithLoss('k', 'a', 1n, loss).lost;
     const [first, second, gone] = [recorder(), recorder(), recorder()];
     const grants = [new GrantWithLoss('k', 'a', 1n, loss), new GrantWithLoss('k', 'b', 2n, loss)];
@@ -34,7 +35,7 @@ describe("a grant's lost signal made on demand (GrantLoss)", () => {
   });
 
   it("a wrapping backend's copy of the grant keeps a lost signal that fires with the original's", () => {
-    const loss = new GrantLoss();
+    const loss = new LazyAbort();
     const copy = { ...new GrantWithLoss('k', 'a', 1n, loss), requestedAt: 5 };
     const told = recorder();
     watchGrantLoss(copy, told);
@@ -44,7 +45,7 @@ describe("a grant's lost signal made on demand (GrantLoss)", () => {
   });
 
   it('tells a watcher that comes after the loss at once', () => {
-    const loss = new GrantLoss();
+    const loss = new LazyAbort();
     const reason = new Error('session expired');
     loss.abort(reason);
     const late = recorder();

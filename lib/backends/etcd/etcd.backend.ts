@@ -1,6 +1,7 @@
 import type { Etcd3, ITxnRequest, ITxnResponse } from 'etcd3';
 import { LockBackendError, LockServerUnreachableError } from '../../errors';
-import { GrantLoss, GrantWithLoss } from '../../grant-loss';
+import { GrantWithLoss } from '../../grant-loss';
+import { LazyAbort } from '../../lazy-abort';
 import { DEFAULT_KEY_PREFIX, DEFAULT_SERVER_TIMEOUT_MS, DEFAULT_TTL_MS } from '../../lock-defaults';
 import type { BackendSettings } from '../backend-definition';
 import type { AcquireRequest, EntryMode, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
@@ -325,7 +326,7 @@ export class EtcdLockBackend extends LocalQueueBackend<EtcdBatch> implements Loc
 
   /** BatchEntries: the grant of a caller served under the batch's key. */
   grant(batch: EtcdBatch, { key, owner }: Pick<AcquireRequest, 'key' | 'owner'>): LockGrant {
-    const lost = new GrantLoss();
+    const lost = new LazyAbort();
     const grant = new GrantWithLoss(key, owner, batch.token(), lost);
     this.held.set(owner, { grant, lost, batch });
     // Granted by an answer that raced with the session's loss: report it lost at once.

@@ -1,5 +1,5 @@
 import { LockConfigError } from '../../errors';
-import { GrantLoss } from '../../grant-loss';
+import { LazyAbort } from '../../lazy-abort';
 import type { EntryMode, LockHolder, LockInspection } from '../lock-backend.interface';
 import { mayGo } from '../entry-rule';
 
@@ -36,7 +36,7 @@ export interface MemoryGrant {
   readonly owner: string;
   readonly fencingToken: bigint;
   /** Lost without a release (lease ended, forced release, client closed): shared by the grants served under the entry. */
-  readonly loss: GrantLoss;
+  readonly loss: LazyAbort;
 }
 
 interface Held {
@@ -251,7 +251,7 @@ export class MemoryLockStore {
     const { owner, ttlMs } = queued.entry;
     const grantedAt = performance.now();
     return {
-      grant: { key, owner, fencingToken: ++this.lastFence, loss: new GrantLoss() },
+      grant: { key, owner, fencingToken: ++this.lastFence, loss: new LazyAbort() },
       expiry: this.expireAfter(key, owner, ttlMs),
       grantedAt,
       expiresAt: grantedAt + ttlMs,

@@ -1,3 +1,4 @@
+import type { LazyAbort } from '../../lazy-abort';
 import { Batch } from '../../queue/batch';
 import type { LockNode } from './zookeeper-lock-nodes';
 import type { OwnNodeWatch } from './zookeeper-own-node';
@@ -21,7 +22,7 @@ export class ZooKeeperBatch extends Batch {
   /** When the first caller joined: an unreachable server bounds the batch's wait from then. */
   readonly createdAt = performance.now();
   /** Aborted to take the entry back while it is on its way or queued (its callers left, close). */
-  withdrawn?: AbortController;
+  withdrawn?: LazyAbort;
   /** The session of the batch's latest node, placed or not: its node goes at the latest with it. */
   session?: ZooKeeperSession;
   /** Set while the entry holds the lock. */

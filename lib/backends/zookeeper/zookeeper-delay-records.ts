@@ -1,3 +1,4 @@
+import { signalOf, type StopSignal } from '../../lazy-abort';
 import { ZkCode, zkCode, type ZkStat } from './zookeeper-client';
 import type { ZooKeeperSession } from './zookeeper-session';
 import { pause, repeatOnConnectionLoss } from './zookeeper-wait';
@@ -23,6 +24,9 @@ export const DELAY_MARK = '~d';
 /** The record of the lock node named `nodeName`. */
 export const recordOf = (nodeName: string) => `${nodeName}${RECORD_SUFFIX}`;
 
+/** A child of a lock name's parent that is a lock-delay record, not a lock node. */
+export const isRecord = (child: string) => child.endsWith(RECORD_SUFFIX);
+
 /** Whether a lock node's holder keeps a delay record (see DELAY_MARK). */
 export const hasDelay = (nodeName: string) => nodeName.includes(`${DELAY_MARK}-`);
 
@@ -42,14 +46,14 @@ export async function putRecord(session: ZooKeeperSession, parent: string, nodeN
  * deleted. A record whose node is still listed belongs to a live holder, which cannot be ahead of
  * the head of the queue: it is left alone.
  */
-export async function waitOutRecords(session: ZooKeeperSession, parent: string, children: readonly string[], stop: AbortSignal): Promise<void> {
+export async function waitOutRecords(session: ZooKeeperSession, parent: string, children: readonly string[], stop: StopSignal): Promise<void> {
   for (const child of children) {
-    if (!child.endsWith(RECORD_SUFFIX) || children.includes(child.slice(0, -RECORD_SUFFIX.length))) continue;
+    if (!isRecord(child) || children.includes(child.slice(0, -RECORD_SUFFIX.length))) continue;
     await waitOut(session, `${parent}/${child}`, stop);
   }
 }
 
-async function waitOut(session: ZooKeeperSession, path: string, stop: AbortSignal): Promise<void> {
+async function waitOut(session: ZooKeeperSession, path: string, stop: StopSignal): Promise<void> {
   for (;;) {
     stop.throwIfAborted();
     const read = await repeatOnConnectionLoss(() => session.read(path));
@@ -72,7 +76,7 @@ async function waitOut(session: ZooKeeperSession, path: string, stop: AbortSigna
       await remove(session, path);
       return;
     }
-    await pause(leftMs, stop);
+    await pause(leftMs, signalOf(stop));
   }
 }
 

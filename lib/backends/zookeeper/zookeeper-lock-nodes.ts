@@ -87,14 +87,17 @@ export class LockNodes {
     }
   }
 
-  /** Deletes a node of ours; already gone is fine; a dead session's nodes go with it. */
-  async delete(session: ZooKeeperSession, path: string): Promise<void> {
-    try {
-      await repeatOnConnectionLoss(() => session.remove(path));
-    } catch (error) {
-      if (zkCode(error) === ZkCode.NO_NODE || !session.alive) return;
+  /**
+   * Deletes a node of ours; already gone is fine; a dead session's nodes go with it. A lost reply
+   * sends it again. One promise layer over the call: every release of a lock takes this path.
+   */
+  delete(session: ZooKeeperSession, path: string): Promise<void> {
+    return session.remove(path).then(undefined, (error: unknown) => {
+      const code = zkCode(error);
+      if (code === ZkCode.CONNECTION_LOSS) return this.delete(session, path);
+      if (code === ZkCode.NO_NODE || !session.alive) return;
       throw error;
-    }
+    });
   }
 
   private async find(session: ZooKeeperSession, parent: string, prefix: string): Promise<{ node: LockNode; children: string[] } | undefined> {

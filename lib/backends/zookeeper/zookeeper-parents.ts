@@ -1,3 +1,4 @@
+import { deadlines, type Deadline } from '../../deadlines';
 import { ZkCode, zkCode } from './zookeeper-client';
 import type { ZooKeeperSession } from './zookeeper-session';
 
@@ -18,7 +19,8 @@ export const PARENT_IDLE_MS = 1_000;
 export class LockParents {
   /** Parents this client saw exist; a stale entry costs one failed create and a retry. */
   private readonly known = new Set<string>();
-  private readonly idleTimers = new Map<string, NodeJS.Timeout>();
+  /** On the process's deadline scheduler: a release sets one and the next acquisition cancels it, with no Node timer each. */
+  private readonly idleTimers = new Map<string, Deadline>();
 
   /** `sessionForRemoval`: a live session to remove parents with, opened if need be. */
   constructor(private readonly sessionForRemoval: () => Promise<ZooKeeperSession>) {}
@@ -37,7 +39,7 @@ export class LockParents {
 
   /** An acquisition of the name starts: its parent stays. */
   inUse(parent: string): void {
-    clearTimeout(this.idleTimers.get(parent));
+    deadlines.cancel(this.idleTimers.get(parent));
     this.idleTimers.delete(parent);
   }
 
@@ -48,21 +50,20 @@ export class LockParents {
    */
   idle(parent: string, afterMs: number): void {
     this.inUse(parent);
-    const timer = setTimeout(() => {
+    const timer = deadlines.add(performance.now() + afterMs, () => {
       this.idleTimers.delete(parent);
       this.sessionForRemoval().then(
         (session) => this.remove(session, parent),
         () => undefined,
       );
-    }, afterMs);
-    timer.unref();
+    });
     this.idleTimers.set(parent, timer);
   }
 
   /** At close: the idle parents are removed now, on `session` if it is alive (never a new one). */
   removeIdleNow(session: ZooKeeperSession | undefined): void {
     for (const [parent, timer] of this.idleTimers) {
-      clearTimeout(timer);
+      deadlines.cancel(timer);
       if (session?.alive) this.remove(session, parent);
     }
     this.idleTimers.clear();

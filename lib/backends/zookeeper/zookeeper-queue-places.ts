@@ -1,10 +1,11 @@
+import { signalOf, type StopSignal } from '../../lazy-abort';
 import type { EntryMode } from '../lock-backend.interface';
 import type { ZooKeeperBatch, QueuePlace } from './zookeeper-batch';
 import { blockersOf, limitMismatch, otherLimitAhead } from './zookeeper-entry-rule';
 import type { LockNode, LockNodes } from './zookeeper-lock-nodes';
 import { OwnNodeWatch } from './zookeeper-own-node';
 import type { LockParents } from './zookeeper-parents';
-import { hasDelay, putRecord, waitOutRecords } from './zookeeper-delay-records';
+import { hasDelay, isRecord, putRecord, waitOutRecords } from './zookeeper-delay-records';
 import { sortedEntries } from './zookeeper-paths';
 import type { ZooKeeperSession } from './zookeeper-session';
 import type { ZooKeeperSessions } from './zookeeper-sessions';
@@ -40,7 +41,7 @@ export class QueuePlaces {
    * the server has answered a create. Rejects with `stop`'s reason when it aborts; every way
    * out but success deletes the node.
    */
-  async take(batch: ZooKeeperBatch, stop: AbortSignal, queued: () => void): Promise<QueuePlace> {
+  async take(batch: ZooKeeperBatch, stop: StopSignal, queued: () => void): Promise<QueuePlace> {
     for (;;) {
       if (stop.aborted) throw stop.reason;
       try {
@@ -48,13 +49,13 @@ export class QueuePlaces {
       } catch (error) {
         if (stop.aborted) throw stop.reason;
         if (!isRetryable(error)) throw error;
-        await pause(RETRY_PAUSE_MS, stop);
+        await pause(RETRY_PAUSE_MS, signalOf(stop));
       }
     }
   }
 
   /** One go, never waiting: the place if it holds at once, or undefined (the node is deleted again). */
-  tryTake(batch: ZooKeeperBatch, stop: AbortSignal): Promise<QueuePlace | undefined> {
+  tryTake(batch: ZooKeeperBatch, stop: StopSignal): Promise<QueuePlace | undefined> {
     return this.once(batch, stop, false, () => undefined);
   }
 
@@ -82,8 +83,8 @@ export class QueuePlaces {
     this.heads.clear();
   }
 
-  private async once(batch: ZooKeeperBatch, stop: AbortSignal, wait: boolean, queued: () => void): Promise<QueuePlace | undefined> {
-    const session = await this.sessions.connected(wait ? 'acquire' : 'try to acquire', stop);
+  private async once(batch: ZooKeeperBatch, stop: StopSignal, wait: boolean, queued: () => void): Promise<QueuePlace | undefined> {
+    const session = this.sessions.connectedNow() ?? (await this.sessions.connected(wait ? 'acquire' : 'try to acquire', stop));
     const { parent } = batch;
     this.parents.inUse(parent);
     let node: LockNode | undefined;
@@ -103,7 +104,7 @@ export class QueuePlaces {
           if (other) throw limitMismatch(batch.key, batch.limit!, other.limit!);
         }
         const blockers = blockersOf(queue, at);
-        if (blockers.length === 0) return await this.head(batch, session, children, node, own, stop);
+        if (blockers.length === 0) return this.headsNow(batch, session, children, node, own, stop) ?? (await this.head(batch, session, children, node, own, stop));
         if (!wait) {
           await this.nodes.delete(session, node.path);
           node = undefined;
@@ -113,7 +114,7 @@ export class QueuePlaces {
         own ??= new OwnNodeWatch(session, node.path);
         const disconnections = session.disconnections;
         const paths = blockers.map((entry) => `${parent}/${entry.name}`);
-        const deleted = await blockerDeleted(session, paths, own, stop);
+        const deleted = await blockerDeleted(session, paths, own, signalOf(stop));
         // Sequence numbers only grow, so nothing can have joined ahead of us: when our one
         // blocker was the head of the queue (the head of the list we saw, or a write node of
         // this process that held), its deletion leaves nothing that blocks us, no list needed,
@@ -139,11 +140,21 @@ export class QueuePlaces {
    * Our node heads the queue: it holds once no expired holder's lock-delay record is left among
    * `children` (zookeeper-delay-records.ts), and a node with a delay of its own has put its record.
    */
-  private async head(batch: ZooKeeperBatch, session: ZooKeeperSession, children: readonly string[], node: LockNode, own: OwnNodeWatch | undefined, stop: AbortSignal): Promise<QueuePlace> {
+  private async head(batch: ZooKeeperBatch, session: ZooKeeperSession, children: readonly string[], node: LockNode, own: OwnNodeWatch | undefined, stop: StopSignal): Promise<QueuePlace> {
     await waitOutRecords(session, batch.parent, children, stop);
     const place = await this.headed(session, node, own, stop);
     if (batch.lockDelayMs > 0) await putRecord(session, batch.parent, node.name, batch.lockDelayMs);
     return place;
+  }
+
+  /**
+   * head() when it has nothing to wait for, as an uncontended acquisition finds: no record among
+   * `children`, no delay of its own to record, a session heard from lately. Undefined otherwise.
+   */
+  private headsNow(batch: ZooKeeperBatch, session: ZooKeeperSession, children: readonly string[], node: LockNode, own: OwnNodeWatch | undefined, stop: StopSignal): QueuePlace | undefined {
+    if (batch.lockDelayMs > 0 || children.some(isRecord) || !this.heardFromLately(session)) return undefined;
+    stop.throwIfAborted();
+    return this.placed(session, node, own);
   }
 
   /**
@@ -152,12 +163,21 @@ export class QueuePlaces {
    * owner-checked, so a place whose session or node is gone is never taken. Either way the
    * session was alive at the server after `lastContact`, which is what a grant's lease counts from.
    */
-  private async headed(session: ZooKeeperSession, node: LockNode, watching: OwnNodeWatch | undefined, stop: AbortSignal): Promise<QueuePlace> {
-    if (!session.alive || performance.now() - session.lastContact > session.timeoutMs / 2) {
+  private async headed(session: ZooKeeperSession, node: LockNode, watching: OwnNodeWatch | undefined, stop: StopSignal): Promise<QueuePlace> {
+    if (!this.heardFromLately(session)) {
       const stat = await session.exists(node.path);
       if (!stat || !session.owns(stat)) throw new AttemptAgain(`Lock node ${node.path} was gone when its grant arrived.`);
     }
     stop.throwIfAborted();
+    return this.placed(session, node, watching);
+  }
+
+  /** Alive, and heard from within half its timeout: its nodes are still its own. */
+  private heardFromLately(session: ZooKeeperSession): boolean {
+    return session.alive && performance.now() - session.lastContact <= session.timeoutMs / 2;
+  }
+
+  private placed(session: ZooKeeperSession, node: LockNode, watching: OwnNodeWatch | undefined): QueuePlace {
     // Granted at once: watch our node from the next turn on (not awaited; a node already gone is told by the reply).
     return { session, node, own: watching ?? new OwnNodeWatch(session, node.path, true) };
   }

@@ -1,6 +1,8 @@
 import { Logger } from '@nestjs/common';
 import { deadlines, type Deadline } from '../../deadlines';
 import { LockServerUnreachableError } from '../../errors';
+import { unwatchStop, watchStop, type StopSignal } from '../../lazy-abort';
+import type { AbortWatcher } from '../../shared-abort-listeners';
 import type { ZkModule } from './zookeeper-client';
 import { ZooKeeperSession, ZooKeeperSessionLostError, type ZooKeeperSessionOptions } from './zookeeper-session';
 
@@ -70,8 +72,14 @@ export class ZooKeeperSessions {
     return new Error(`no ZooKeeper session connected for ${forMs} ms${this.everConnected ? '' : ', none since startup'}`);
   }
 
+  /** The session when it is connected now: an acquisition then needs no wait (and no promise) for it. */
+  connectedNow(): ZooKeeperSession | undefined {
+    const session = this.session;
+    return session.isConnected ? session : undefined;
+  }
+
   /** A connected session, waiting for one (bounded as `bounded` is). */
-  async connected(operation: string, stop: AbortSignal | undefined): Promise<ZooKeeperSession> {
+  async connected(operation: string, stop: StopSignal | undefined): Promise<ZooKeeperSession> {
     const startedAt = performance.now();
     for (;;) {
       const session = this.session;
@@ -91,7 +99,7 @@ export class ZooKeeperSessions {
    * serverTimeoutMs without a break since `startedAt`, or `stop`'s reason when it aborts. The
    * work itself goes on (a create still gets its node deleted, a delete is still sent on reconnection).
    */
-  bounded<T>(work: Promise<T>, operation: string, stop?: AbortSignal, startedAt = performance.now()): Promise<T> {
+  bounded<T>(work: Promise<T>, operation: string, stop?: StopSignal, startedAt = performance.now()): Promise<T> {
     if (stop?.aborted) return Promise.reject(stop.reason);
     return new Promise<T>((resolve, reject) => {
       let timer: Deadline | undefined;
@@ -100,11 +108,11 @@ export class ZooKeeperSessions {
         if (done) return;
         done = true;
         deadlines.cancel(timer);
-        stop?.removeEventListener('abort', onAbort);
+        if (stop) unwatchStop(stop, stopped);
         outcome();
       };
-      const onAbort = () => finish(() => reject(stop!.reason));
-      stop?.addEventListener('abort', onAbort, { once: true });
+      const stopped: AbortWatcher = { aborted: (reason) => finish(() => reject(reason)) };
+      if (stop) watchStop(stop, stopped);
       const check = (readFirst: boolean) => {
         if (done) return;
         const now = performance.now();

@@ -1,5 +1,6 @@
 import { DistributedLockError, LockConfigError } from '../../errors';
-import { GrantLoss, GrantWithLoss } from '../../grant-loss';
+import { GrantWithLoss } from '../../grant-loss';
+import { LazyAbort, type StopSignal } from '../../lazy-abort';
 import type { AcquireRequest, EntryMode, LockBackend, LockGrant, LockInspection } from '../lock-backend.interface';
 import { LocalQueueBackend, type ServedGrant } from '../../queue/local-queue-backend';
 import type { ZkModule, ZkStat } from './zookeeper-client';
@@ -16,6 +17,8 @@ import { QueuePlaces } from './zookeeper-queue-places';
 import { ZooKeeperRenewals } from './zookeeper-renewals';
 import type { ZooKeeperSession, ZooKeeperSessionOptions } from './zookeeper-session';
 import { ZooKeeperSessions } from './zookeeper-sessions';
+
+const RESOLVED: Promise<void> = Promise.resolve();
 
 /**
  * A fair lock on ephemeral sequential nodes, as Curator's InterProcessMutex: a node
@@ -193,9 +196,9 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
    * batch's first caller came; a node placed after that is deleted behind it.
    */
   send(batch: ZooKeeperBatch): void {
-    const withdrawn = new AbortController();
-    batch.withdrawn = withdrawn;
-    const stop = withdrawn.signal;
+    // No AbortController: only a wait that has to block or pause makes the withdrawal's signal.
+    const stop = new LazyAbort();
+    batch.withdrawn = stop;
     const queued = () => this.queues.sent(batch, true);
     // A permit batch is a single caller: the process's next permits need not wait a round trip
     // each for this create. The session's creates are answered in order, so the nodes still
@@ -205,7 +208,7 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
     this.sessions.bounded(placed, 'acquire', stop, batch.createdAt).then(
       (place) => this.startHolding(batch, place, stop),
       (error: unknown) => {
-        if (!stop.aborted) withdrawn.abort(error);
+        if (!stop.aborted) stop.abort(error);
         placed.then((place) => this.places.drop(place), () => undefined);
         this.queues.end(batch, error);
         this.parentIdle(batch, batch.session);
@@ -219,18 +222,19 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
   }
 
   /** BatchEntries: the node goes (bounded like any call), and with it the lock, to the next batch in the queue. */
-  async remove(batch: ZooKeeperBatch): Promise<void> {
+  remove(batch: ZooKeeperBatch): Promise<void> {
     const place = batch.place;
-    if (!place) return;
+    if (!place) return RESOLVED;
     this.stopHolding(batch);
     this.parentIdle(batch, place.session);
     // A dead session's nodes are deleted by the server. Past the bound, the delete still goes
     // out once the connection is back (or the node goes with the session).
-    if (!place.session.alive) return;
+    if (!place.session.alive) return RESOLVED;
     const deleted = hasDelay(place.node.name)
       ? this.nodes.deleteWithRecord(place.session, place.node.path, `${batch.parent}/${recordOf(place.node.name)}`)
       : this.nodes.delete(place.session, place.node.path);
-    await this.sessions.bounded(deleted, 'release');
+    // Not async: every release takes this path (LocalQueues turns a throw into a rejection).
+    return this.sessions.bounded(deleted, 'release');
   }
 
   /**
@@ -268,7 +272,7 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
    */
   grant(batch: ZooKeeperBatch, { key, owner, ttlMs }: Pick<AcquireRequest, 'key' | 'owner' | 'ttlMs'>): LockGrant {
     const { session } = batch.place!;
-    const lost = new GrantLoss();
+    const lost = new LazyAbort();
     const requestedAt = Math.min(performance.now(), session.lastContact + Math.max(0, session.timeoutMs - ttlMs));
     const grant = new GrantWithLoss(key, owner, batch.token(), lost, requestedAt);
     this.held.set(owner, { grant, lost, batch });
@@ -303,7 +307,7 @@ export class ZooKeeperLockBackend extends LocalQueueBackend<ZooKeeperBatch> impl
   }
 
   /** The batch's node holds: its callers are served (LocalQueues.holds). */
-  private startHolding(batch: ZooKeeperBatch, place: QueuePlace, stop: AbortSignal): void {
+  private startHolding(batch: ZooKeeperBatch, place: QueuePlace, stop: StopSignal): void {
     if (stop.aborted) {
       this.places.drop(place);
       this.queues.end(batch, stop.reason);
