@@ -4,20 +4,14 @@ import { describe, it } from 'node:test';
 import { MemoryLockBackend } from '../../lib';
 import { GrantWithLoss, unwatchGrantLoss, watchGrantLoss } from '../../lib/grant-loss';
 import { LazyAbort } from '../../lib/lazy-abort';
-import type { AbortWatcher } from '../../lib/shared-abort-listeners';
+import { abortRecorder } from '../support/abort-recorder';
 import { lockServiceOver } from '../support/lock-service-factory';
-
-/** A watcher that records the reasons it is told. */
-function recorder(): AbortWatcher & { told: unknown[] } {
-  const told: unknown[] = [];
-  return { told, aborted: (reason) => void told.push(reason) };
-}
 
 describe("a grant's lost signal made on demand (LazyAbort)", () => {
   it('tells every watcher once, and a signal asked for before or after the loss is aborted with its reason', () => {
     const loss = new LazyAbort();
     const early = new GrantWithLoss('k', 'a', 1n, loss).lost;
-    const [first, second, gone] = [recorder(), recorder(), recorder()];
+    const [first, second, gone] = [abortRecorder(), abortRecorder(), abortRecorder()];
     const grants = [new GrantWithLoss('k', 'a', 1n, loss), new GrantWithLoss('k', 'b', 2n, loss)];
     watchGrantLoss(grants[0], first);
     watchGrantLoss(grants[1], second);
@@ -37,7 +31,7 @@ describe("a grant's lost signal made on demand (LazyAbort)", () => {
   it("a wrapping backend's copy of the grant keeps a lost signal that fires with the original's", () => {
     const loss = new LazyAbort();
     const copy = { ...new GrantWithLoss('k', 'a', 1n, loss), requestedAt: 5 };
-    const told = recorder();
+    const told = abortRecorder();
     watchGrantLoss(copy, told);
     loss.abort('gone');
     assert.equal(copy.lost.aborted, true);
@@ -48,7 +42,7 @@ describe("a grant's lost signal made on demand (LazyAbort)", () => {
     const loss = new LazyAbort();
     const reason = new Error('session expired');
     loss.abort(reason);
-    const late = recorder();
+    const late = abortRecorder();
     watchGrantLoss(new GrantWithLoss('k', 'a', 1n, loss), late);
     assert.deepEqual(late.told, [reason]);
   });
@@ -56,7 +50,7 @@ describe("a grant's lost signal made on demand (LazyAbort)", () => {
   it("a plain grant's AbortSignal is still listened to", () => {
     const controller = new AbortController();
     const grant = { key: 'k', owner: 'a', fencingToken: 1n, lost: controller.signal };
-    const [kept, left] = [recorder(), recorder()];
+    const [kept, left] = [abortRecorder(), abortRecorder()];
     watchGrantLoss(grant, kept);
     watchGrantLoss(grant, left);
     unwatchGrantLoss(grant, left);

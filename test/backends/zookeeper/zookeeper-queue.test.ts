@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { createHook } from 'node:async_hooks';
 import { after, afterEach, before, describe, it } from 'node:test';
 import { LockTimeoutError, type LockBackend, type LockHandle, type LockLostError, type LockService } from '../../../lib';
 import { batchToken } from '../../../lib/queue/batch';
@@ -141,6 +142,30 @@ describe('ZooKeeper lock queue', () => {
     await eventually(async () => (await queueOf(name)).length === 1, 10_000, async () => `a waiter that gave up left its node: ${(await queueOf(name)).join(', ')}`);
     assert.deepEqual(await queueOf(name), [holderNode], 'a waiter that gave up left its node');
     await held.release();
+  });
+
+  it('an uncontended lock cycle makes no AbortController and no Node timer (the withdrawal and the parent\'s idle wait make none)', async () => {
+    const { service } = client();
+    const name = `lean-cycle-${Date.now()}`;
+    await service.withLock(name, () => undefined); // the session, and the name's parent
+    const counted = { AbortController: 0, Timeout: 0 };
+    const hook = createHook({ init: (_id, type) => type === 'Timeout' && counted.Timeout++ });
+    const Original = globalThis.AbortController;
+    globalThis.AbortController = class extends Original {
+      constructor() {
+        super();
+        counted.AbortController++;
+      }
+    };
+    hook.enable();
+    try {
+      for (let i = 0; i < 100; i++) await service.withLock(name, () => undefined);
+    } finally {
+      hook.disable();
+      globalThis.AbortController = Original;
+    }
+    // The client's own keepalive may set a timer meanwhile; one per cycle would be 100.
+    assert.ok(counted.AbortController === 0 && counted.Timeout <= 2, `100 cycles made ${counted.AbortController} AbortControllers and ${counted.Timeout} Node timers`);
   });
 
   it('wakes only the next waiter per release (no herd); every token is its node\'s czxid << 16', async (t) => {
