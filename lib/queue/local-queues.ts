@@ -64,6 +64,9 @@ let batchSeq = 0;
  */
 export class LocalQueues<B extends Batch> {
   private readonly queues = new Map<string, NameQueue<B>>();
+  /** Batches taking late joins until the next sendSoon (see closeLateJoinsSoon). */
+  private readonly lateJoining = new Set<B>();
+  private lateJoinsCloseScheduled = false;
 
   constructor(
     private readonly entries: BatchEntries<B>,
@@ -125,7 +128,7 @@ export class LocalQueues<B extends Batch> {
     // A reader that joins an entry already holding (a late join) shares it at once.
     if (joined.mode === 'read' && joined.state === 'holding') this.serve(joined);
     if (sendNow) {
-      this.sendSoon(() => (joined.lateJoins = false));
+      this.closeLateJoinsSoon(joined);
     } else if (joined.state === 'open' && !queue.pumpScheduled) {
       queue.pumpScheduled = true;
       this.sendSoon(() => {
@@ -207,6 +210,8 @@ export class LocalQueues<B extends Batch> {
     if (batch.state === 'ended') return undefined;
     batch.state = 'ended';
     batch.listenLater = undefined;
+    batch.lateJoins = false;
+    this.lateJoining.delete(batch);
     // Built only when someone still waits: an error's stack costs more than a whole lock cycle's bookkeeping.
     if (batch.hasCallers) batch.rejectAll(error ?? this.closedWhileWaiting());
     const queue = this.queues.get(batch.key);
@@ -239,6 +244,25 @@ export class LocalQueues<B extends Batch> {
       this.end(batch, error);
     }
   }
+
+  /**
+   * Closes `batch` to late joins at sendSoon: one sendSoon for every batch opened before it runs,
+   * and a batch that ends leaves the set first. Locks granted in microtasks alone (the memory
+   * backend, in a loop of awaits) let no tick run until the loop ends: a callback per batch would
+   * keep every batch, with its callers' requests and grants, alive until then.
+   */
+  private closeLateJoinsSoon(batch: B): void {
+    this.lateJoining.add(batch);
+    if (this.lateJoinsCloseScheduled) return;
+    this.lateJoinsCloseScheduled = true;
+    this.sendSoon(this.closeLateJoins);
+  }
+
+  private readonly closeLateJoins = (): void => {
+    this.lateJoinsCloseScheduled = false;
+    for (const batch of this.lateJoining) batch.lateJoins = false;
+    this.lateJoining.clear();
+  };
 
   private listenNow(batch: B): void {
     const listen = batch.listenLater;

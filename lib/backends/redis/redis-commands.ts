@@ -106,13 +106,13 @@ export class RedisCommands {
    */
   renew(key: string, value: string, ttlMs: number, verb = 'renew', lockDelayMs = 0): Promise<0 | 1> {
     // A lease with a lock-delay renews its delay key too: a script of its own (see renewScript).
-    if (lockDelayMs > 0) return this.run(renewScript, verb, key, [value, ttlMs, Math.ceil(lockDelayMs)], [this.keysOf(key).owner]);
+    if (lockDelayMs > 0) return this.run(renewScript, verb, key, [value, ttlMs, Math.ceil(lockDelayMs)], this.keysOf(key).ownerOnly);
     if (verb === 'renew' && this.renewals) return this.renewals.add({ key, value, ttlMs });
     return this.renewOne(key, value, ttlMs, verb);
   }
 
   private renewOne(key: string, value: string, ttlMs: number, verb: string): Promise<0 | 1> {
-    return this.run(renewScript, verb, key, [value, ttlMs], [this.keysOf(key).owner]);
+    return this.run(renewScript, verb, key, [value, ttlMs], this.keysOf(key).ownerOnly);
   }
 
   /** A lone renewal as the single-lock script; more as one renewManyScript call. */
@@ -137,8 +137,7 @@ export class RedisCommands {
   release(key: string, value: string, mayDelay = false, grantedAtOnce = false): Promise<void> {
     const args = mayDelay ? [value, 1] : [value];
     if (!grantedAtOnce) return this.run(releaseScript, 'release', key, args) as Promise<unknown> as Promise<void>;
-    const keys = this.keysOf(key);
-    return this.run(releaseShortScript, 'release', key, args, [keys.owner, keys.queue]).then((released) => {
+    return this.run(releaseShortScript, 'release', key, args, this.keysOf(key).ownerAndQueue).then((released) => {
       if (released === 2) return this.run(releaseScript, 'release', key, args) as Promise<unknown> as Promise<void>;
     });
   }

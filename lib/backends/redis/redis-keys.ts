@@ -18,6 +18,9 @@ export interface LockKeys {
   readonly alive: string;
   /** All five, in the order the scripts take them as KEYS. */
   readonly all: readonly string[];
+  /** `[owner]`, and `[owner, queue]`: the KEYS of the renew and the short release scripts, one array each, so their RESP is encoded once (resp-encoding.ts). */
+  readonly ownerOnly: readonly string[];
+  readonly ownerAndQueue: readonly string[];
   /**
    * Sorted set: read or permit holder's owner id -> its lease end (Redis time, ms). Not in `all`:
    * the scripts derive it from `owner` only when they meet such an entry (redis-mode-lua.ts).
@@ -30,7 +33,7 @@ export interface LockKeys {
 export function lockKeys(key: string): LockKeys {
   const tag = hashTag(key);
   const all = [`${tag}:owner`, `${tag}:fence`, `${tag}:queue`, `${tag}:waiters`, `${tag}:alive`] as const;
-  return { owner: all[0], fence: all[1], queue: all[2], waiters: all[3], alive: all[4], all, holders: `${tag}:holders`, grants: `${tag}:grants` };
+  return { owner: all[0], fence: all[1], queue: all[2], waiters: all[3], alive: all[4], all, ownerOnly: [all[0]], ownerAndQueue: [all[0], all[2]], holders: `${tag}:holders`, grants: `${tag}:grants` };
 }
 
 export const keyList = (keys: LockKeys): readonly string[] => keys.all;
