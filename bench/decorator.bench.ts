@@ -5,8 +5,8 @@ import { recordTarget } from './summary';
 import { pairedRatio } from './stats';
 import { interleavedCycles, type LockRunner } from './workloads';
 
-// A garbage collection that falls in one round moves that round's ratio by 10% and more, and a
-// memory cycle takes only about 13 us: many rounds, so that their median holds still.
+// A memory cycle takes only a few microseconds, so a garbage collection or a timer that falls in
+// one round moves that round's ratio by 10% and more: many rounds, so that their median holds still.
 const ROUNDS = 121;
 const CYCLES_PER_ROUND = 3_000;
 
