@@ -60,10 +60,11 @@ export class Batch {
    */
   listenLater?: () => void;
   /**
-   * The entry went out with the batch's first caller (LocalQueues' sendFirstAtOnce), and callers
-   * of the same tick still join it, as they would have joined it before it went out.
+   * The entry went out with the batch's first caller (LocalQueues' sendFirstAtOnce) in this turn
+   * of LocalQueues' late joins: callers of the same turn still join it, as they would have joined
+   * it before it went out. -1: never.
    */
-  lateJoins = false;
+  lateJoinsIn = -1;
 
   constructor(
     /** The full key (module keyPrefix + resolved name, hashed when long): the server-side queue. */

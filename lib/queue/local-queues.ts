@@ -64,9 +64,9 @@ let batchSeq = 0;
  */
 export class LocalQueues<B extends Batch> {
   private readonly queues = new Map<string, NameQueue<B>>();
-  /** Batches taking late joins until the next sendSoon (see closeLateJoinsSoon). */
-  private readonly lateJoining = new Set<B>();
-  private lateJoinsCloseScheduled = false;
+  /** Batches whose lateJoinsIn is this turn take late joins; the next sendSoon ends the turn. */
+  private lateJoinTurn = 0;
+  private lateJoinTurnEndScheduled = false;
 
   constructor(
     private readonly entries: BatchEntries<B>,
@@ -82,7 +82,7 @@ export class LocalQueues<B extends Batch> {
     private readonly sendSoon: (send: () => void) => void = setImmediate,
     /**
      * The entry of a name nobody of this process queues for goes out at once, not at sendSoon:
-     * callers until then join it all the same (Batch.lateJoins). For backends whose entry costs
+     * callers until then join it all the same (Batch.lateJoinsIn). For backends whose entry costs
      * a single request, so an uncontended acquisition's request leaves before its bookkeeping.
      */
     private readonly sendFirstAtOnce = false,
@@ -99,7 +99,7 @@ export class LocalQueues<B extends Batch> {
     const wait = own ?? new PendingWait<LockGrant>();
     let batch = queue.batches.at(-1);
     const first = batch === undefined;
-    if (!batch || !(batch.state === 'open' || batch.lateJoins) || !batch.fits(request)) {
+    if (!batch || !(batch.state === 'open' || batch.lateJoinsIn === this.lateJoinTurn) || !batch.fits(request)) {
       batch = this.newBatch(request.key, `~q${(batchSeq++).toString(36)}`);
       batch.mode = request.mode ?? 'write';
       batch.limit = request.limit;
@@ -112,7 +112,7 @@ export class LocalQueues<B extends Batch> {
     if (sendNow) {
       // The request leaves first; the rest of this setup happens while it is on its way, and
       // the tick's callers still join it.
-      joined.lateJoins = true;
+      joined.lateJoinsIn = this.lateJoinTurn;
       this.pump(queue);
     }
     const abandoned = (reason: unknown) => this.left(queue, joined, reason);
@@ -128,7 +128,7 @@ export class LocalQueues<B extends Batch> {
     // A reader that joins an entry already holding (a late join) shares it at once.
     if (joined.mode === 'read' && joined.state === 'holding') this.serve(joined);
     if (sendNow) {
-      this.closeLateJoinsSoon(joined);
+      this.endLateJoinTurnSoon();
     } else if (joined.state === 'open' && !queue.pumpScheduled) {
       queue.pumpScheduled = true;
       this.sendSoon(() => {
@@ -210,8 +210,6 @@ export class LocalQueues<B extends Batch> {
     if (batch.state === 'ended') return undefined;
     batch.state = 'ended';
     batch.listenLater = undefined;
-    batch.lateJoins = false;
-    this.lateJoining.delete(batch);
     // Built only when someone still waits: an error's stack costs more than a whole lock cycle's bookkeeping.
     if (batch.hasCallers) batch.rejectAll(error ?? this.closedWhileWaiting());
     const queue = this.queues.get(batch.key);
@@ -246,22 +244,20 @@ export class LocalQueues<B extends Batch> {
   }
 
   /**
-   * Closes `batch` to late joins at sendSoon: one sendSoon for every batch opened before it runs,
-   * and a batch that ends leaves the set first. Locks granted in microtasks alone (the memory
-   * backend, in a loop of awaits) let no tick run until the loop ends: a callback per batch would
-   * keep every batch, with its callers' requests and grants, alive until then.
+   * Ends the turn of late joins at sendSoon: one callback for every batch opened before it runs,
+   * holding none of them. Locks granted in microtasks alone (the memory backend, in a loop of
+   * awaits) let no tick run until the loop ends: a callback per batch would keep every batch,
+   * with its callers' requests and grants, alive until then.
    */
-  private closeLateJoinsSoon(batch: B): void {
-    this.lateJoining.add(batch);
-    if (this.lateJoinsCloseScheduled) return;
-    this.lateJoinsCloseScheduled = true;
-    this.sendSoon(this.closeLateJoins);
+  private endLateJoinTurnSoon(): void {
+    if (this.lateJoinTurnEndScheduled) return;
+    this.lateJoinTurnEndScheduled = true;
+    this.sendSoon(this.endLateJoinTurn);
   }
 
-  private readonly closeLateJoins = (): void => {
-    this.lateJoinsCloseScheduled = false;
-    for (const batch of this.lateJoining) batch.lateJoins = false;
-    this.lateJoining.clear();
+  private readonly endLateJoinTurn = (): void => {
+    this.lateJoinTurnEndScheduled = false;
+    this.lateJoinTurn++;
   };
 
   private listenNow(batch: B): void {
