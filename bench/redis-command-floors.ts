@@ -10,6 +10,9 @@ import { interleavedCycles, type LockRunner } from './workloads';
 
 const ROUNDS = 31;
 const CYCLES_PER_ROUND = 500;
+/** The server-CPU pass: the figure's resolution is getrusage's (1 us) over this many cycles. */
+const CPU_ROUNDS = 15;
+const CPU_CYCLES_PER_ROUND = 2000;
 const LEASE_MS = 10_000;
 
 /**
@@ -58,6 +61,10 @@ if redis.call('exists', KEYS[5]) == 0 and redis.call('set', KEYS[1], ARGV[1], 'n
 /** The keys the library sends a script that may grant: the lock's five and the server's life marker. */
 export const grantingKeys = (name: string): string[] => [...lockKeys(name).all, LIFE_KEY];
 
+/** The bare cycle a FIFO lock with fences needs at the least, and this library's, as the rows name them. */
+export const FENCE_AND_FIFO = 'with a fence and FIFO (MULTI, INCR, SET NX PX, LLEN, EXEC; a release that checks the queue)';
+export const OUR_SCRIPTS = "this library's acquire and release scripts";
+
 /**
  * Cycles from the Mutex's commands up to this library's scripts, each adding what one guarantee
  * needs at the least: a fence taken atomically with the key (MULTI, cheaper than any script), then
@@ -99,7 +106,7 @@ function commandCycles(name: string): CommandCycle[] {
       release: afterOk(compareAndDelete, [keys.owner]),
     },
     {
-      label: 'with a fence and FIFO (MULTI, INCR, SET NX PX, LLEN, EXEC; a release that checks the queue)',
+      label: FENCE_AND_FIFO,
       acquire: fencedAcquire(true),
       acquireReplies: 5,
       release: afterOk(compareAndDeleteIfNoQueue, [keys.owner, keys.queue]),
@@ -117,7 +124,7 @@ function commandCycles(name: string): CommandCycle[] {
       release: afterFence(compareAndDeleteIfNoQueue, [keys.owner, keys.queue], owner),
     },
     {
-      label: "this library's acquire and release scripts",
+      label: OUR_SCRIPTS,
       // As the library sends it for a caller that may wait: '<staleAfterMs> <clientId>' too.
       acquire: Buffer.from(evalsha(acquireShortScript, grantingKeys(name), [owner, LEASE_MS, '60000 bench-floor'])),
       acquireReplies: 1,
@@ -205,12 +212,20 @@ class BareConnection {
 /** Per command cycle, its time in microseconds, one value per round (rounds aligned). */
 export type CommandCycleTimes = Map<string, number[]>;
 
+/** Per command cycle, rounds aligned: its time, and the CPU redis-server's main thread spent on it. */
+export interface CommandCycleCosts {
+  readonly wall: CommandCycleTimes;
+  readonly serverCpu: CommandCycleTimes;
+}
+
 /**
  * The least each guarantee costs in round trips and server work: bare cycles of commands on one
  * connection, every cycle once per round in a shuffled order, as the libraries' cycles are run.
  * Client work is the same (next to none) for each, so the differences are Redis' and the kernel's.
+ * Then the server's own CPU per cycle (INFO cpu around each round's cycles): the round trips' time
+ * swings by tens of microseconds between runs on a shared machine, the server's work does not.
  */
-export async function measureCommandCycles(port: number): Promise<CommandCycleTimes> {
+export async function measureCommandCycles(port: number): Promise<CommandCycleCosts> {
   const connection = await BareConnection.open(port);
   try {
     for (const script of [compareAndDelete, compareAndDeleteIfNoQueue, fencedFifoScript, guardedScript, acquireShortScript, releaseShortScript]) {
@@ -236,10 +251,36 @@ export async function measureCommandCycles(port: number): Promise<CommandCycleTi
       ]),
     );
     const perSecond = await interleavedCycles(runners, ROUNDS, CYCLES_PER_ROUND);
-    return new Map([...perSecond].map(([label, rounds]) => [label, rounds.map((cycles) => 1e6 / cycles)]));
+    const wall = new Map([...perSecond].map(([label, rounds]): [string, number[]] => [label, rounds.map((cycles) => 1e6 / cycles)]));
+    return { wall, serverCpu: await serverCpuPerCycle(connection, runners) };
   } finally {
     connection.close();
   }
+}
+
+/** CPU seconds redis-server's main thread has spent (INFO cpu, Redis 6 and later). */
+async function serverMainThreadCpu(connection: BareConnection): Promise<number> {
+  const [info] = await connection.send(command('INFO', 'cpu'), 1);
+  const user = /used_cpu_user_main_thread:([\d.]+)/.exec(info)?.[1];
+  const sys = /used_cpu_sys_main_thread:([\d.]+)/.exec(info)?.[1];
+  if (user === undefined || sys === undefined) throw new Error(`INFO cpu has no main-thread figures (Redis 6 or later needed): ${JSON.stringify(info)}`);
+  return Number(user) + Number(sys);
+}
+
+/** Per cycle, the server's CPU in microseconds, one value per round: each round runs every cycle in a shuffled order. */
+async function serverCpuPerCycle(connection: BareConnection, runners: ReadonlyMap<string, LockRunner>): Promise<CommandCycleTimes> {
+  const results = new Map<string, number[]>([...runners.keys()].map((label) => [label, []]));
+  const noop = () => undefined;
+  for (let round = 0; round < CPU_ROUNDS; round++) {
+    const name = `bench-server-cpu-${process.pid}-${round}`;
+    for (const label of [...runners.keys()].sort(() => Math.random() - 0.5)) {
+      const run = runners.get(label)!;
+      const before = await serverMainThreadCpu(connection);
+      for (let cycle = 0; cycle < CPU_CYCLES_PER_ROUND; cycle++) await run(name, noop);
+      results.get(label)!.push(((await serverMainThreadCpu(connection)) - before) * 1e6 / CPU_CYCLES_PER_ROUND);
+    }
+  }
+  return results;
 }
 
 /** Per cycle, the median over rounds of its time, and of its time minus the first cycle's (the Mutex's commands) in the same round. */

@@ -15,7 +15,7 @@ import { formatRatio, median, pairedRatio, pairedTimeRatio, signedUs } from './s
 import { progress } from './progress';
 import { cpuPerCycle } from './cpu-per-cycle';
 import { addedToPath, criticalPath, type TimedSocket } from './critical-path';
-import { addedOverFirst, grantingKeys, measureCommandCycles } from './redis-command-floors';
+import { addedOverFirst, FENCE_AND_FIFO, grantingKeys, measureCommandCycles, OUR_SCRIPTS } from './redis-command-floors';
 import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK, WARMUP_CYCLES } from './workloads';
 import { recordFigure, recordTarget } from './summary';
 
@@ -221,7 +221,8 @@ async function printCriticalPath(ours: LockRunner, backend: LockBackend, mutex: 
  * between the trips matches the Mutex's (printCriticalPath), so the trips decide.
  */
 async function printCommandFloors(port: number, peerCycleUs: number): Promise<void> {
-  const floors = addedOverFirst(await measureCommandCycles(port));
+  const { wall, serverCpu } = await measureCommandCycles(port);
+  const floors = addedOverFirst(wall);
   console.log(`bare command cycles on one connection (no client library), medians over rounds, and what each adds to the first in the same round:`);
   for (const { label, us, addedUs } of floors) console.log(`  ${label}: ${us.toFixed(1)} us per cycle, ${signedUs(addedUs)} us`);
   const allowanceUs = peerCycleUs * (CYCLE_TARGET - 1);
@@ -230,6 +231,15 @@ async function printCommandFloors(port: number, peerCycleUs: number): Promise<vo
     `us a bare cycle adds to the Mutex's commands: a fence / and FIFO / as one script / reading the life marker and delay key / our scripts; the ${CYCLE_TARGET}x target allows`,
     `${floors.slice(1).map(({ addedUs }) => signedUs(addedUs)).join(' / ')}; ${allowanceUs.toFixed(1)}`,
   );
+  const cpu = addedOverFirst(serverCpu);
+  console.log(`redis-server's own CPU per bare cycle (INFO cpu, main thread), medians over rounds, and what each adds to the first in the same round:`);
+  for (const { label, us, addedUs } of cpu) console.log(`  ${label}: ${us.toFixed(1)} us per cycle, ${signedUs(addedUs)} us`);
+  recordFigure(
+    "redis-server CPU a bare cycle adds to the Mutex's commands (us): a fence / and FIFO / as one script / reading the life marker and delay key / our scripts",
+    cpu.slice(1).map(({ addedUs }) => signedUs(addedUs)).join(' / '),
+  );
+  const oursOverFloor = median(serverCpu.get(OUR_SCRIPTS)!.map((us, round) => us - serverCpu.get(FENCE_AND_FIFO)![round]));
+  recordTarget("redis-server CPU of our scripts over the fence-and-FIFO bare cycle's, us per cycle (same rounds)", oursOverFloor, '<=', 3, '');
 }
 
 /**
