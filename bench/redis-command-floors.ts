@@ -223,7 +223,8 @@ export interface CommandCycleCosts {
  * connection, every cycle once per round in a shuffled order, as the libraries' cycles are run.
  * Client work is the same (next to none) for each, so the differences are Redis' and the kernel's.
  * Then the server's own CPU per cycle (INFO cpu around each round's cycles): the round trips' time
- * swings by tens of microseconds between runs on a shared machine, the server's work does not.
+ * swings by tens of microseconds between runs on a shared machine, and the in-round differences
+ * of the server's work swing less (a row's own figure still drifts).
  */
 export async function measureCommandCycles(port: number): Promise<CommandCycleCosts> {
   const connection = await BareConnection.open(port);
