@@ -1,3 +1,4 @@
+import { deadlines, type Deadline } from '../../deadlines';
 import { LockConfigError } from '../../errors';
 import { LazyAbort } from '../../lazy-abort';
 import type { EntryMode, LockHolder, LockInspection } from '../lock-backend.interface';
@@ -41,7 +42,8 @@ export interface MemoryGrant {
 
 interface Held {
   readonly grant: MemoryGrant;
-  expiry: NodeJS.Timeout;
+  /** On the process's deadline scheduler: a lease set and cancelled within one cycle costs no Node timer. */
+  expiry: Deadline;
   /** performance.now() of the grant, and of the lease's end as last set: what inspect reports. */
   readonly grantedAt: number;
   expiresAt: number;
@@ -94,9 +96,10 @@ export class MemoryLockStore {
   renew(key: string, owner: string, ttlMs: number): boolean {
     const held = this.find(key, owner)?.held;
     if (!held) return false;
-    clearTimeout(held.expiry);
-    held.expiry = this.expireAfter(key, owner, ttlMs);
-    held.expiresAt = performance.now() + ttlMs;
+    const now = performance.now();
+    deadlines.cancel(held.expiry);
+    held.expiry = this.expireAfter(key, owner, ttlMs, now);
+    held.expiresAt = now + ttlMs;
     return true;
   }
 
@@ -105,7 +108,7 @@ export class MemoryLockStore {
     const state = this.states.get(key);
     const index = state ? state.queue.findIndex((queued) => queued.held?.grant.owner === owner) : -1;
     if (!state || index === -1) return false;
-    clearTimeout(state.queue[index].held!.expiry);
+    deadlines.cancel(state.queue[index].held!.expiry);
     state.queue.splice(index, 1);
     this.grantNext(key, state);
     return true;
@@ -182,7 +185,7 @@ export class MemoryLockStore {
 
   /** Holders taken out of their queue lose the lock: their clients forget them, then their lost signals fire. */
   private lose(removed: QueuedEntry[], reason: Error): void {
-    for (const { held } of removed) clearTimeout(held!.expiry);
+    for (const { held } of removed) deadlines.cancel(held!.expiry);
     for (const { entry } of removed) entry.onLost?.();
     for (const { held } of removed) held!.grant.loss.abort(reason);
   }
@@ -252,16 +255,14 @@ export class MemoryLockStore {
     const grantedAt = performance.now();
     return {
       grant: { key, owner, fencingToken: ++this.lastFence, loss: new LazyAbort() },
-      expiry: this.expireAfter(key, owner, ttlMs),
+      expiry: this.expireAfter(key, owner, ttlMs, grantedAt),
       grantedAt,
       expiresAt: grantedAt + ttlMs,
     };
   }
 
-  private expireAfter(key: string, owner: string, ttlMs: number): NodeJS.Timeout {
-    const timer = setTimeout(() => this.expire(key, owner, ttlMs), ttlMs);
-    timer.unref();
-    return timer;
+  private expireAfter(key: string, owner: string, ttlMs: number, now: number): Deadline {
+    return deadlines.add(now + ttlMs, () => this.expire(key, owner, ttlMs));
   }
 }
 
