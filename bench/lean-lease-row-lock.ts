@@ -2,6 +2,7 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomBytes } from 'node:crypto';
 import type { Pool } from 'pg';
 import { deadlines } from '../lib/deadlines';
+import { withinServerTimeout } from '../lib/server-timeout';
 import { LazyAbort } from '../lib/lazy-abort';
 import { DEFAULT_NAMES } from '../lib/backends/postgres/postgres-names';
 import { acquireValues, statements, type AcquireRow } from '../lib/backends/postgres/postgres-statements';
@@ -11,33 +12,21 @@ const SERVER_TIMEOUT_MS = 5_000;
 
 /**
  * The least an uncontended cycle over this library's own statements must do to keep the lock's
- * basic promises, written as lean as it goes: a unique owner, each statement bounded on the
- * shared deadline scheduler, the fencing token, a lease deadline that fires a lazily made lost
- * signal, the holder recorded, re-entrancy in the async chain. No queue of the process's own
- * callers, no renewals, no diagnostics: a yardstick for the library's own layer, not a lock to use
- * under contention (it refuses to wait).
+ * basic promises, written as lean as it goes: a unique owner, each statement bounded as the
+ * library bounds a call (withinServerTimeout), the fencing token, a lease deadline that fires a
+ * lazily made lost signal, the holder recorded, re-entrancy in the async chain. No queue of the
+ * process's own callers, no renewals, no diagnostics: a yardstick for the library's own layer, not
+ * a lock to use under contention (it refuses to wait).
  */
-export function leanLeaseRowLock(pool: Pool, ttlMs: number): LockRunner {
+export function leanLeaseRowLock(pool: Pool, address: string, ttlMs: number): LockRunner {
   const sql = statements(DEFAULT_NAMES);
   const ownerPrefix = `${randomBytes(12).toString('base64url')}:`;
   let ownerSeq = 0;
   const held = new Map<string, { key: string; fencingToken: bigint; loss: LazyAbort }>();
   const scope = new AsyncLocalStorage<string>();
 
-  const bounded = <T>(work: Promise<T>): Promise<T> =>
-    new Promise<T>((resolve, reject) => {
-      const deadline = deadlines.add(performance.now() + SERVER_TIMEOUT_MS, () => reject(new Error(`no answer within ${SERVER_TIMEOUT_MS} ms`)));
-      work.then(
-        (value) => {
-          deadlines.cancel(deadline);
-          resolve(value);
-        },
-        (error: unknown) => {
-          deadlines.cancel(deadline);
-          reject(error);
-        },
-      );
-    });
+  const server = { name: 'postgres', address };
+  const bounded = <T>(work: Promise<T>): Promise<T> => withinServerTimeout(work, server, 'run a statement', SERVER_TIMEOUT_MS);
 
   return async (name, section) => {
     if (scope.getStore() === name) return void (await section());

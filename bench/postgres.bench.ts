@@ -82,7 +82,7 @@ export async function run(): Promise<void> {
     // How thin a layer over those statements can be: a yardstick for the library's own (the target above).
     const lean: Contender = {
       label: "a lean lock over the library's statements on that connection (bounds, lease deadline, lost signal, re-entrancy; no queue, no renewals)",
-      runners: [leanLeaseRowLock(floorPool, LEASE_MS)],
+      runners: [leanLeaseRowLock(floorPool, postgres.url, LEASE_MS)],
     };
     const floors = [advisoryShared, floor, bareRow, oursShared, lean];
     console.log(`postgres 15 ${postgres.url}; uncontended: ${CYCLE_ROUNDS} rounds x ${CYCLES_PER_ROUND} cycles, shuffled order per round after a warm-up; medians, ratios inside each round`);

@@ -9,7 +9,8 @@ import { LockServerUnreachableError } from './errors';
  */
 export function withinServerTimeout<T>(
   call: Promise<T>,
-  backend: LockBackend,
+  /** Who the error names: the backend, or anything with its name and address. */
+  backend: Pick<LockBackend, 'name' | 'address' | 'unreachable'>,
   operation: string,
   timeoutMs: number,
   late?: (value: T) => void,
