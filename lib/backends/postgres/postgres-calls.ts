@@ -1,8 +1,9 @@
 import { createHash } from 'node:crypto';
 import { LockBackendError, LockServerUnreachableError } from '../../errors';
 import { deadlines } from '../../deadlines';
-import { BoundedCalls } from '../bounded-calls';
+import { BoundedCalls, type Settle } from '../bounded-calls';
 import type { PgPoolLike } from './postgres-options';
+import { WarmConnection } from './postgres-warm-connection';
 
 /**
  * Statements of one backend at PostgreSQL at once: a burst of a thousand callers of distinct
@@ -48,9 +49,11 @@ export class PostgresCalls extends BoundedCalls {
   private preparedNames?: Map<string, string>;
   /** `prepare` succeeded: statements no longer wait for it. */
   private prepared = false;
+  /** Statements go on it while they come back to back, else through the pool. */
+  private readonly connection: WarmConnection;
 
   constructor(
-    private readonly pool: PgPoolLike,
+    pool: PgPoolLike,
     address: string,
     private readonly serverTimeoutMs: number,
     /** Runs before the first statement (creating the schema); a failure fails that statement, and the next one tries again. */
@@ -58,6 +61,7 @@ export class PostgresCalls extends BoundedCalls {
     prepared: readonly string[] = [],
   ) {
     super('postgres', 'PostgreSQL', address, MAX_IN_FLIGHT, Math.min(serverTimeoutMs / 4, 250));
+    this.connection = new WarmConnection(pool);
     if (prepared.length > 0) this.preparedNames = new Map(prepared.map((text) => [text, `ndl_${createHash('sha1').update(text).digest('hex').slice(0, 20)}`]));
   }
 
@@ -69,12 +73,12 @@ export class PostgresCalls extends BoundedCalls {
 
   /** One statement; `operation` is what errors say the backend failed to do ("take a lock"). */
   query<Row>(operation: string, text: string, values: unknown[]): Promise<Row[]> {
-    return this.bounded(operation, () => this.withRetries<Row, Row[]>(text, values, allRows));
+    return this.boundedSettling(operation, (settle) => this.withRetries<Row, Row[]>(text, values, allRows, settle));
   }
 
   /** A statement that always answers exactly one row (take or queue, release): that row. */
   queryOne<Row>(operation: string, text: string, values: unknown[]): Promise<Row> {
-    return this.bounded(operation, () => this.withRetries<Row, Row>(text, values, firstRow));
+    return this.boundedSettling(operation, (settle) => this.withRetries<Row, Row>(text, values, firstRow, settle));
   }
 
   /**
@@ -82,20 +86,22 @@ export class PostgresCalls extends BoundedCalls {
    * one that failed on a connection the server dropped (a restart, pg_terminate_backend, "the
    * database system is starting up") is sent again on another, within serverTimeoutMs in all.
    * One deadline on the shared scheduler bounds all the attempts: a Node timer per statement, of
-   * a different length each time, cost more than the rest of this path.
+   * a different length each time, cost more than the rest of this path. Settles the call's slot
+   * itself (boundedSettling): its promise is the caller's.
    */
-  private withRetries<Row, Answer>(text: string, values: unknown[], answer: (rows: Row[]) => Answer): Promise<Answer> {
+  private withRetries<Row, Answer>(text: string, values: unknown[], answer: (rows: Row[]) => Answer, settle: Settle): Promise<Answer> {
     const sentAt = performance.now();
     return new Promise<Answer>((resolve, reject) => {
       let settled = false;
       const deadline = deadlines.add(sentAt + this.serverTimeoutMs, () => {
         settled = true;
-        reject(new Error(`no answer within ${this.serverTimeoutMs} ms`));
+        reject(settle.failed(new Error(`no answer within ${this.serverTimeoutMs} ms`)));
       });
       const answered = (result: Rows<Row>) => {
         if (settled) return;
         settled = true;
         deadlines.cancel(deadline);
+        settle.answered();
         resolve(answer(result.rows));
       };
       const failed = (error: unknown, attempt: number) => {
@@ -109,7 +115,7 @@ export class PostgresCalls extends BoundedCalls {
         if (!this.isTransportError(error) || performance.now() + pauseMs >= sentAt + this.serverTimeoutMs) {
           settled = true;
           deadlines.cancel(deadline);
-          return reject(error);
+          return reject(settle.failed(error));
         }
         this.failed(error);
         setTimeout(() => {
@@ -130,10 +136,15 @@ export class PostgresCalls extends BoundedCalls {
         });
       }
       const name = this.preparedNames?.get(text);
-      return (name === undefined ? this.pool.query(text, values) : this.pool.query({ name, text, values })) as Promise<Rows<Row>>;
+      return this.connection.query(name === undefined ? { text, values } : { name, text, values }) as Promise<Rows<Row>>;
     } catch (error) {
       return Promise.reject(error);
     }
+  }
+
+  /** The backend closes: the connection kept between statements goes back to the pool. */
+  close(): void {
+    this.connection.close();
   }
 
   /** No answer within our own bound (withRetries) is the server not answering too; a missing schema says what to do. */

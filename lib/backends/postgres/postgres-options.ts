@@ -11,6 +11,8 @@ export interface PgPoolLike {
   /** A named statement: prepared once per connection. */
   query(config: { name: string; text: string; values?: unknown[] }): Promise<unknown>;
   connect(): Promise<unknown>;
+  /** Callers waiting for a connection (pg.Pool has it): a pool that says so lets the backend keep a connection between back-to-back statements. */
+  readonly waitingCount?: number;
   /** pg.Pool keeps the settings it was made with: the LISTEN connection is opened with them. */
   readonly options?: object;
 }
@@ -18,8 +20,10 @@ export interface PgPoolLike {
 /**
  * `{ type: 'postgres', url }`, or `{ type: 'postgres', pool }` to share an existing `pg.Pool`.
  * Holding a lock pins no connection: each call is one statement on any pooled connection, so the
- * pool may go through PgBouncer in transaction mode. Waiting uses one LISTEN connection per
- * process, which must reach PostgreSQL itself or a session-mode pool (see `listenUrl`).
+ * pool may go through PgBouncer in transaction mode (statements that come back to back share one
+ * connection, given back to the pool as the event loop turns, or at once when someone waits for
+ * one). Waiting uses one LISTEN connection per process, which must reach PostgreSQL itself or a
+ * session-mode pool (see `listenUrl`).
  */
 export interface PostgresBackendOptions {
   type: 'postgres';

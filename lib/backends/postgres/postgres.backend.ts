@@ -206,6 +206,7 @@ export class PostgresLockBackend extends LocalQueueBackend<PostgresBatch> implem
     this.listener.close();
     // Best effort, and never long: with the server unreachable the leases expire on their own.
     await Promise.race([Promise.all(releases), new Promise((resolve) => setTimeout(resolve, 2_000).unref())]);
+    this.calls.close();
     if (this.ownsPool) await this.pool.end().catch(() => undefined);
   }
 

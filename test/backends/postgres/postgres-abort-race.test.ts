@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { Pool, type QueryConfig } from 'pg';
+import { Pool, type PoolClient, type QueryConfig } from 'pg';
 import type { LockService } from '../../../lib';
 import { createBackend } from '../../../lib/backends/registry';
 import { DEFAULT_NAMES } from '../../../lib/backends/postgres/postgres-names';
@@ -15,28 +15,28 @@ const TTL_MS = 30_000;
 const SECOND_WAIT_MS = 3_000;
 const RELEASE_TEXT = statements(DEFAULT_NAMES).release;
 
+/** pg's Client.query as the hook calls it: promise form, or with the callback pg-pool's query passes. */
+type ClientQuery = (config: string | QueryConfig, values?: unknown, callback?: unknown) => unknown;
+
 /**
  * The holder's own pg Pool, with one hook: when armed, its next release statement runs inside a
  * transaction that stays open (its hand-off made, not yet committed) until the test commits it.
- * That is the window a loaded machine opens by chance: a release on its way at the server.
+ * That is the window a loaded machine opens by chance: a release on its way at the server. The
+ * hook sits on each pooled connection as it is checked out, since the backend sends statements
+ * through pool.query or on a connection it keeps between back-to-back statements.
  */
 class HeldOpenRelease {
   readonly pool: Pool;
   private armed = false;
   private ran?: (handedTo: unknown) => void;
   private commit?: () => void;
+  private readonly hooked = new WeakSet<PoolClient>();
 
   constructor(url: string) {
     this.pool = new Pool({ connectionString: url, application_name: 'test-holder' });
     // As the backend's own pool: an idle connection the server drops (it stops) is no uncaught error.
     this.pool.on('error', () => undefined);
-    const query = this.pool.query.bind(this.pool) as (config: unknown, values?: unknown) => Promise<unknown>;
-    (this.pool as unknown as { query: unknown }).query = (config: string | QueryConfig, values?: unknown[]) => {
-      const text = typeof config === 'string' ? config : config.text;
-      if (!this.armed || text !== RELEASE_TEXT) return query(config, values);
-      this.armed = false;
-      return this.runHeldOpen(text, typeof config === 'string' ? values : config.values);
-    };
+    this.pool.on('acquire', (client) => this.hook(client));
   }
 
   /** Resolves with whom the next release handed the lock to, once that release ran (uncommitted). */
@@ -49,20 +49,32 @@ class HeldOpenRelease {
     this.commit?.();
   }
 
-  private async runHeldOpen(text: string, values: unknown[] | undefined) {
-    const client = await this.pool.connect();
-    try {
-      await client.query('BEGIN');
-      const result = await client.query(text, values);
-      await new Promise<void>((resolve) => {
-        this.commit = resolve;
-        this.ran!(result.rows[0]?.handed_to);
-      });
-      await client.query('COMMIT');
-      return result;
-    } finally {
-      client.release();
-    }
+  private hook(client: PoolClient): void {
+    if (this.hooked.has(client)) return;
+    this.hooked.add(client);
+    const query = client.query.bind(client) as ClientQuery;
+    (client as unknown as { query: ClientQuery }).query = (config, values, callback) => {
+      const text = typeof config === 'string' ? config : config.text;
+      if (!this.armed || text !== RELEASE_TEXT) return query(config, values, callback);
+      this.armed = false;
+      const held = this.runHeldOpen(query, text, (typeof config === 'string' ? values : config.values) as unknown[] | undefined);
+      const done = (typeof values === 'function' ? values : callback) as ((error: unknown, result?: unknown) => void) | undefined;
+      if (!done) return held;
+      held.then((result) => done(null, result), (error: unknown) => done(error));
+      return undefined;
+    };
+  }
+
+  /** The statement in a transaction on the same connection, committed when the test says so. */
+  private async runHeldOpen(query: ClientQuery, text: string, values: unknown[] | undefined) {
+    await query('BEGIN');
+    const result = (await query(text, values)) as { rows: Array<{ handed_to?: unknown }> };
+    await new Promise<void>((resolve) => {
+      this.commit = resolve;
+      this.ran!(result.rows[0]?.handed_to);
+    });
+    await query('COMMIT');
+    return result;
   }
 }
 

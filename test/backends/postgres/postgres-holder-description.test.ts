@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { Pool } from 'pg';
+import { Pool, type PoolClient } from 'pg';
 import type { BackendOptions, LockService } from '../../../lib';
 import { postgresLockSchemaSql } from '../../../lib/backends/postgres/postgres-schema';
 import { createBackend } from '../../../lib/backends/registry';
@@ -18,18 +18,23 @@ describe('postgres backend: the holder description', () => {
   const pools: Pool[] = [];
   const backend = (): BackendOptions => ({ type: 'postgres', url: postgres.url });
 
-  /** A real pool that counts the statements sent through it. */
+  /** A real pool that counts the statements its connections run (through pool.query, or on a connection the backend keeps). */
   const countingPool = () => {
     const pool = new Pool({ connectionString: postgres.url });
     // pg-pool's end() resolves before its clients have closed: the server's shutdown may still reach one, as an error of the pool.
     pool.on('error', () => undefined);
     pools.push(pool);
     let statements = 0;
-    const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
-    pool.query = ((...args: unknown[]) => {
-      statements++;
-      return query(...args);
-    }) as typeof pool.query;
+    const counted = new WeakSet<PoolClient>();
+    pool.on('acquire', (client) => {
+      if (counted.has(client)) return;
+      counted.add(client);
+      const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+      client.query = ((...args: unknown[]) => {
+        statements++;
+        return query(...args);
+      }) as typeof client.query;
+    });
     return { pool, statements: () => statements };
   };
 
