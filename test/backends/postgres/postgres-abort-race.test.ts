@@ -1,22 +1,20 @@
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { Pool, type PoolClient, type QueryConfig } from 'pg';
+import { Pool } from 'pg';
 import type { LockService } from '../../../lib';
 import { createBackend } from '../../../lib/backends/registry';
 import { DEFAULT_NAMES } from '../../../lib/backends/postgres/postgres-names';
 import { statements } from '../../../lib/backends/postgres/postgres-statements';
 import { runSql, startPostgresServer, type PostgresServer } from '../../../servers/postgres-server';
 import { lockServiceOver } from '../../support/lock-service-factory';
+import { hookPooledQueries, type ClientQuery } from '../../support/pooled-queries';
 import { sleep } from '../../support/timing';
 
 /** The holder's lease: far longer than the waiter's second wait, so a stranded grant cannot expire in time to hide the bug. */
 const TTL_MS = 30_000;
 const SECOND_WAIT_MS = 3_000;
 const RELEASE_TEXT = statements(DEFAULT_NAMES).release;
-
-/** pg's Client.query as the hook calls it: promise form, or with the callback pg-pool's query passes. */
-type ClientQuery = (config: string | QueryConfig, values?: unknown, callback?: unknown) => unknown;
 
 /**
  * The holder's own pg Pool, with one hook: when armed, its next release statement runs inside a
@@ -30,13 +28,12 @@ class HeldOpenRelease {
   private armed = false;
   private ran?: (handedTo: unknown) => void;
   private commit?: () => void;
-  private readonly hooked = new WeakSet<PoolClient>();
 
   constructor(url: string) {
     this.pool = new Pool({ connectionString: url, application_name: 'test-holder' });
     // As the backend's own pool: an idle connection the server drops (it stops) is no uncaught error.
     this.pool.on('error', () => undefined);
-    this.pool.on('acquire', (client) => this.hook(client));
+    hookPooledQueries(this.pool, (query) => this.heldOpenWhenArmed(query));
   }
 
   /** Resolves with whom the next release handed the lock to, once that release ran (uncommitted). */
@@ -49,11 +46,9 @@ class HeldOpenRelease {
     this.commit?.();
   }
 
-  private hook(client: PoolClient): void {
-    if (this.hooked.has(client)) return;
-    this.hooked.add(client);
-    const query = client.query.bind(client) as ClientQuery;
-    (client as unknown as { query: ClientQuery }).query = (config, values, callback) => {
+  /** `query`, except that the armed release runs held open (runHeldOpen), answered in the caller's form. */
+  private heldOpenWhenArmed(query: ClientQuery): ClientQuery {
+    return (config, values, callback) => {
       const text = typeof config === 'string' ? config : config.text;
       if (!this.armed || text !== RELEASE_TEXT) return query(config, values, callback);
       this.armed = false;

@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { Pool, type PoolClient } from 'pg';
+import { Pool } from 'pg';
 import type { BackendOptions, LockService } from '../../../lib';
 import { postgresLockSchemaSql } from '../../../lib/backends/postgres/postgres-schema';
 import { createBackend } from '../../../lib/backends/registry';
 import { runSql, startPostgresServer, type PostgresServer } from '../../../servers/postgres-server';
 import { lockServiceOver, moduleLikeService } from '../../support/lock-service-factory';
+import { hookPooledQueries } from '../../support/pooled-queries';
 import { eventually } from '../../support/timing';
 import { holderDescriptionCases, type HolderRecord } from '../holder-description-cases';
 
@@ -25,15 +26,9 @@ describe('postgres backend: the holder description', () => {
     pool.on('error', () => undefined);
     pools.push(pool);
     let statements = 0;
-    const counted = new WeakSet<PoolClient>();
-    pool.on('acquire', (client) => {
-      if (counted.has(client)) return;
-      counted.add(client);
-      const query = client.query.bind(client) as (...args: unknown[]) => unknown;
-      client.query = ((...args: unknown[]) => {
-        statements++;
-        return query(...args);
-      }) as typeof client.query;
+    hookPooledQueries(pool, (query) => (config, values, callback) => {
+      statements++;
+      return query(config, values, callback);
     });
     return { pool, statements: () => statements };
   };
