@@ -1,4 +1,3 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomBytes } from 'node:crypto';
 import type { Pool } from 'pg';
 import { deadlines } from '../lib/deadlines';
@@ -6,6 +5,7 @@ import { withinServerTimeout } from '../lib/server-timeout';
 import { LazyAbort } from '../lib/lazy-abort';
 import { DEFAULT_NAMES } from '../lib/backends/postgres/postgres-names';
 import { acquireValues, statements, type AcquireRow } from '../lib/backends/postgres/postgres-statements';
+import { LeanScope } from './lean-scope';
 import type { LockRunner } from './workloads';
 
 const SERVER_TIMEOUT_MS = 5_000;
@@ -23,13 +23,13 @@ export function leanLeaseRowLock(pool: Pool, address: string, ttlMs: number): Lo
   const ownerPrefix = `${randomBytes(12).toString('base64url')}:`;
   let ownerSeq = 0;
   const held = new Map<string, { key: string; fencingToken: bigint; loss: LazyAbort }>();
-  const scope = new AsyncLocalStorage<string>();
+  const scope = new LeanScope();
 
   const server = { name: 'postgres', address };
   const bounded = <T>(work: Promise<T>): Promise<T> => withinServerTimeout(work, server, 'run a statement', SERVER_TIMEOUT_MS);
 
   return async (name, section) => {
-    if (scope.getStore() === name) return void (await section());
+    if (scope.holds(name)) return void (await section());
     const owner = ownerPrefix + (++ownerSeq).toString(36);
     const release = () => bounded(pool.query({ name: 'lean_release', text: sql.release, values: [name, owner] }));
     const { rows } = await bounded(pool.query<AcquireRow>({ name: 'lean_take', text: sql.acquire, values: acquireValues({ key: name, entry: owner, ttlMs, aliveMs: 60_000, lockDelayMs: 0 }, 'bench_lean', true) }));

@@ -7,6 +7,7 @@ import { ownerValue } from '../lib/backends/redis/redis-commands';
 import { lockKeys } from '../lib/backends/redis/redis-keys';
 import { beginLifeScript, LIFE_KEY } from '../lib/backends/redis/server-life-scripts';
 import { acquireShortScript, releaseShortScript } from '../lib/backends/redis/redis-lock-scripts';
+import { leanRedisLock } from './lean-redis-lock';
 import { lockServiceOver } from './lock-services';
 import { startRedisServer } from '../servers/redis-server';
 import { printFlashSale } from './report';
@@ -99,7 +100,12 @@ export async function run(): Promise<void> {
     );
     // Not a contender (it cannot wait, so it sits out the sales): what this library's scripts cost with no library around them.
     const floor: Contender = { label: "floor: this library's acquire and release scripts alone (a plain client, no library)", peer: false, runners: [scriptsAlone(connect())] };
-    const measured = [...contenders, floor];
+    const lean: Contender = {
+      label: 'a lean lock over those scripts on a plain client (bounds, lease deadline, lost signal, re-entrancy; no queue, no renewals)',
+      peer: false,
+      runners: [leanRedisLock(connect(), redis.url, LEASE_MS, WAIT_MS)],
+    };
+    const measured = [...contenders, floor, lean];
     const rounds = await interleavedCycles(new Map(measured.map((c) => [c, c.runners[0]])), CYCLE_ROUNDS, CYCLES_PER_ROUND);
     const cycles = new Map<Contender, number>(measured.map((c) => [c, median(rounds.get(c)!)]));
     for (const contender of measured) {
@@ -135,9 +141,13 @@ export async function run(): Promise<void> {
       );
     }
     const timeRatio = (a: Contender, b: Contender) => pairedTimeRatio(rounds.get(a)!, rounds.get(b)!);
-    const [floorVsPeer, oursVsFloor] = [timeRatio(floor, bestCycle), timeRatio(ours, floor)];
-    console.log(`uncontended cycle time, round by round: the scripts alone ${floorVsPeer.toFixed(2)}x the best peer's; this library ${oursVsFloor.toFixed(2)}x its scripts alone`);
+    const [floorVsPeer, oursVsFloor, leanVsFloor] = [timeRatio(floor, bestCycle), timeRatio(ours, floor), timeRatio(lean, floor)];
+    console.log(
+      `uncontended cycle time, round by round: the scripts alone ${floorVsPeer.toFixed(2)}x the best peer's; this library ${oursVsFloor.toFixed(2)}x its scripts alone ` +
+        `(a lean lock over them ${leanVsFloor.toFixed(2)}x)`,
+    );
     recordFigure("uncontended cycle time: the library's scripts alone vs the best peer / the library vs its scripts alone", `${floorVsPeer.toFixed(2)}x / ${oursVsFloor.toFixed(2)}x`);
+    recordFigure('a lean lock over those scripts (plain client) vs the scripts alone', `${leanVsFloor.toFixed(2)}x`);
     await printCpuPerCycle(ours, bestCycle, connect());
     await printCriticalPath(ours.runners[0], backends[0], contenders.find((c) => c.label.startsWith('redis-semaphore'))!, mutexClients[0]);
     await printCommandFloors(redis.port, 1e6 / cycles.get(bestCycle)!);

@@ -8,12 +8,16 @@ import { startZooKeeperServer } from '../servers/zookeeper-server';
 import { printFlashSale } from './report';
 import { addedToPath, criticalPath, type TimedSocket } from './critical-path';
 import { curatorRecipeLock } from './curator-recipe-lock';
+import { leanZooKeeperLock } from './lean-zookeeper-lock';
 import { formatRatio, median, pairedRatio, percentile } from './stats';
 import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK, WARMUP_CYCLES } from './workloads';
 import { recordFigure, recordTarget } from './summary';
 
 const CYCLE_ROUNDS = 15;
+const LEAN_LABEL = "a lean lock over those two writes (bounds, lease deadline, session-end and lost signal, re-entrancy; no queue, no waiting)";
 const CYCLES_PER_ROUND = 200;
+/** The lean lock's lease: any length far above a cycle's does. */
+const LEASE_MS = 10_000;
 /** Hand-offs between two clients, each time to a waiter directly behind the holder. */
 const PAIR_HAND_OFFS = 300;
 /** Waiters per connection queued behind one holder, then handed the lock one after another. */
@@ -33,6 +37,7 @@ export async function run(): Promise<void> {
     const ours: LockRunner[] = services.map((service) => (name, section) => service.withLock(name, section, { waitTimeoutMs: 120_000 }));
     const naive: LockRunner[] = naiveClients.map((client) => (name, section) => naiveLock(client, name, section));
     await call<string>((done) => naiveClients[0].mkdirp('/naive-locks', done));
+    await call<string>((done) => naiveClients[0].mkdirp('/lean-locks', done));
     const curator = curatorRecipeLock(naiveClients[0], '/curator-recipe-locks');
     const readMs = await medianRoundTrip(() => call((done) => naiveClients[0].exists('/', done)));
     console.log(`round trip: read (exists) ${readMs.toFixed(3)} ms (median)`);
@@ -44,11 +49,13 @@ export async function run(): Promise<void> {
       ['curator', curator],
       ['naive', naive[0]],
       ['writes', ourWritesAlone(naiveClients[0], '/naive-locks')],
+      ['lean', leanZooKeeperLock(naiveClients[0], '/lean-locks', zookeeper.connectionString, LEASE_MS)],
     ]);
     const rounds = await interleavedCycles(runners, CYCLE_ROUNDS, CYCLES_PER_ROUND);
-    const [oursRounds, curatorRounds, naiveRounds, writesRounds] = ['ours', 'curator', 'naive', 'writes'].map((key) => rounds.get(key)!);
+    const [oursRounds, curatorRounds, naiveRounds, writesRounds, leanRounds] = ['ours', 'curator', 'naive', 'writes', 'lean'].map((key) => rounds.get(key)!);
     const writeTrips = pairedRatio(naiveRounds.map((perSecond) => perSecond * 2), oursRounds);
     const writesAloneTrips = pairedRatio(naiveRounds.map((perSecond) => perSecond * 2), writesRounds);
+    const leanTrips = pairedRatio(naiveRounds.map((perSecond) => perSecond * 2), leanRounds);
     const vsCurator = pairedRatio(curatorRounds, oursRounds);
     const vsNaive = pairedRatio(naiveRounds, oursRounds);
     const writeMs = 1000 / median(naiveRounds) / 2;
@@ -58,6 +65,7 @@ export async function run(): Promise<void> {
       ["Curator's recipe (create sequential, list children, delete)", curatorRounds],
       ['naive try-lock (create, delete: two writes)', naiveRounds],
       ["floor: this library's two writes alone (create sequential + touch the parent in one multi, delete)", writesRounds],
+      [LEAN_LABEL, leanRounds],
     ] as const) {
       console.log(`  ${label}: ${Math.round(median(perRound))} cycles/s (${(1000 / median(perRound)).toFixed(3)} ms)`);
     }
@@ -66,8 +74,10 @@ export async function run(): Promise<void> {
         `${vsCurator.median.toFixed(2)}x Curator's recipe (${vsCurator.p25.toFixed(2)}-${vsCurator.p75.toFixed(2)}); ${vsNaive.median.toFixed(2)}x the naive try-lock`,
     );
     console.log(`  this library's two writes alone: ${writesAloneTrips.median.toFixed(2)} write round trips (${writesAloneTrips.p25.toFixed(2)}-${writesAloneTrips.p75.toFixed(2)})`);
+    console.log(`  the lean lock over them: ${leanTrips.median.toFixed(2)} write round trips (${leanTrips.p25.toFixed(2)}-${leanTrips.p75.toFixed(2)})`);
     recordTarget('uncontended cycle, in write round trips', writeTrips.median, '<=', 2.2, '');
     recordFigure("floor: the library's two writes alone, in write round trips", writesAloneTrips.median.toFixed(2));
+    recordFigure('a lean lock over those two writes, in write round trips', leanTrips.median.toFixed(2));
     recordTarget("uncontended cycle time vs Curator's recipe", vsCurator.median, '<=', 1.1);
     await printCriticalPaths(ours[0], backends[0], runners.get('writes')!, naiveClients[0]);
 
