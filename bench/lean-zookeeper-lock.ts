@@ -1,40 +1,29 @@
 import { randomUUID } from 'node:crypto';
 import { CreateMode, State, type Client, type Exception } from 'node-zookeeper-client';
-import { deadlines } from '../lib/deadlines';
-import { LazyAbort } from '../lib/lazy-abort';
-import { withinServerTimeout } from '../lib/server-timeout';
-import { LeanScope } from './lean-scope';
+import { LeanLockCore } from './lean-lock-core';
 import type { LockRunner } from './workloads';
-
-const SERVER_TIMEOUT_MS = 5_000;
 
 /**
  * The least an uncontended cycle over this library's two ZooKeeper writes must do to keep the
- * lock's basic promises, written as lean as it goes: a protected-mode node name unique to the
- * attempt, each call bounded as the library bounds one (withinServerTimeout), the fencing token
- * (the parent's mzxid after the multi), a lease deadline and the session's end that fire a lazily
- * made lost signal, the holder recorded, re-entrancy in the async chain. No queue of the process's
- * own callers, no waiting, no lock-delay, no parent cleanup, no connection-loss recovery: a
- * yardstick for the library's own layer, not a lock to use (it refuses to wait). `parent` must exist.
+ * lock's basic promises, written as lean as it goes (LeanLockCore): a protected-mode node name
+ * unique to the attempt, the fencing token (the parent's mzxid after the multi), and the session's
+ * end firing the lost signal besides the lease deadline. No queue of the process's own callers, no
+ * waiting, no lock-delay, no parent cleanup, no connection-loss recovery: a yardstick for the
+ * library's own layer, not a lock to use (it refuses to wait). `parent` must exist.
  */
 export function leanZooKeeperLock(client: Client, parent: string, address: string, ttlMs: number): LockRunner {
-  const held = new Map<string, { key: string; fencingToken: bigint; loss: LazyAbort }>();
-  const scope = new LeanScope();
-  const server = { name: 'zookeeper', address };
-  const bounded = <T>(work: Promise<T>, operation: string): Promise<T> => withinServerTimeout(work, server, operation, SERVER_TIMEOUT_MS);
-  // One listener for every holder: a session that ends loses them all.
+  const core = new LeanLockCore<bigint>({ name: 'zookeeper', address }, ttlMs);
   client.on('state', (state: State) => {
-    if (state === State.DISCONNECTED || state === State.EXPIRED) for (const holder of held.values()) holder.loss.abort(new Error(`session ${state.name}`));
+    if (state === State.DISCONNECTED || state === State.EXPIRED) core.loseAll(new Error(`session ${state.name}`));
   });
 
   return async (name, section) => {
-    if (scope.holds(name)) return void (await section());
-    const prefix = `_c_${randomUUID()}-lock-`;
-    const created = await bounded(
+    if (core.holds(name)) return void (await section());
+    const created = await core.bounded(
       call<{ path: string; fencingToken: bigint; siblings: number }>((done) =>
         client
           .transaction()
-          .create(`${parent}/${prefix}`, CreateMode.EPHEMERAL_SEQUENTIAL)
+          .create(`${parent}/_c_${randomUUID()}-lock-`, CreateMode.EPHEMERAL_SEQUENTIAL)
           .setData(parent, null, -1)
           .commit((error, results) => {
             if (error) return done(error, undefined!);
@@ -44,21 +33,12 @@ export function leanZooKeeperLock(client: Client, parent: string, address: strin
       ),
       'create the lock node',
     );
-    const release = () => bounded(call<void>((done) => client.remove(created.path, -1, (error) => done(error, undefined))), 'delete the lock node');
+    const release = () => core.bounded(call<void>((done) => client.remove(created.path, -1, (error) => done(error, undefined))), 'delete the lock node');
     if (created.siblings !== 0) {
       await release();
       throw new Error(`lean lock: "${name}" has other nodes in its queue (it is for uncontended rounds only)`);
     }
-    const loss = new LazyAbort();
-    held.set(created.path, { key: name, fencingToken: created.fencingToken, loss });
-    const lease = deadlines.add(performance.now() + ttlMs, () => loss.abort(new Error(`lease of "${name}" ended`)));
-    try {
-      await scope.run(name, section);
-    } finally {
-      deadlines.cancel(lease);
-      held.delete(created.path);
-      await release();
-    }
+    await core.hold(name, created.path, created.fencingToken, section, release);
   };
 }
 

@@ -14,8 +14,8 @@ import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, ty
 import { recordFigure, recordTarget } from './summary';
 
 const CYCLE_ROUNDS = 15;
-const LEAN_LABEL = "a lean lock over those two writes (bounds, lease deadline, session-end and lost signal, re-entrancy; no queue, no waiting)";
 const CYCLES_PER_ROUND = 200;
+const LEAN_LABEL = "a lean lock over those two writes (bounds, lease deadline, session-end and lost signal, re-entrancy; no queue, no waiting)";
 /** The lean lock's lease: any length far above a cycle's does. */
 const LEASE_MS = 10_000;
 /** Hand-offs between two clients, each time to a waiter directly behind the holder. */
