@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { CreateMode, type Client, type Exception } from 'node-zookeeper-client';
+import { CreateMode, type Client } from 'node-zookeeper-client';
+import { call } from './zookeeper-call';
 import type { LockRunner } from './workloads';
 
 const NO_NODE = -101;
@@ -56,8 +57,4 @@ function predecessorGone(client: Client, path: string): Promise<void> {
 
 function sequence(node: string): number {
   return Number(node.slice(-10));
-}
-
-function call<T>(start: (done: (error: Error | Exception | null, value: T) => void) => void): Promise<T> {
-  return new Promise<T>((resolve, reject) => start((error, value) => (error ? reject(error) : resolve(value))));
 }

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { CreateMode, State, type Client, type Exception } from 'node-zookeeper-client';
+import { CreateMode, State, type Client } from 'node-zookeeper-client';
+import { call } from './zookeeper-call';
 import { LeanLockCore } from './lean-lock-core';
 import type { LockRunner } from './workloads';
 
@@ -40,8 +41,4 @@ export function leanZooKeeperLock(client: Client, parent: string, address: strin
     }
     await core.hold(name, created.path, created.fencingToken, section, release);
   };
-}
-
-function call<T>(start: (done: (error: Error | Exception | null, value: T) => void) => void): Promise<T> {
-  return new Promise<T>((resolve, reject) => start((error, value) => (error ? reject(error) : resolve(value))));
 }

@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createClient, CreateMode, type Client, type Exception } from 'node-zookeeper-client';
+import { createClient, CreateMode, type Client } from 'node-zookeeper-client';
+import { call } from './zookeeper-call';
 import type { LockBackend, LockService } from '../lib';
 import { createZooKeeperBackend } from '../lib/backends/zookeeper/create-zookeeper-backend';
 import { ClientTraffic, clientOf, isKeepAlive, watchedPaths } from '../test/backends/zookeeper/zookeeper-client-probe';
@@ -15,7 +16,6 @@ import { recordFigure, recordTarget } from './summary';
 
 const CYCLE_ROUNDS = 15;
 const CYCLES_PER_ROUND = 200;
-const LEAN_LABEL = "a lean lock over those two writes (bounds, lease deadline, session-end and lost signal, re-entrancy; no queue, no waiting)";
 /** The lean lock's lease: any length far above a cycle's does. */
 const LEASE_MS = 10_000;
 /** Hand-offs between two clients, each time to a waiter directly behind the holder. */
@@ -65,7 +65,7 @@ export async function run(): Promise<void> {
       ["Curator's recipe (create sequential, list children, delete)", curatorRounds],
       ['naive try-lock (create, delete: two writes)', naiveRounds],
       ["floor: this library's two writes alone (create sequential + touch the parent in one multi, delete)", writesRounds],
-      [LEAN_LABEL, leanRounds],
+      ["a lean lock over those two writes (bounds, lease deadline, session-end and lost signal, re-entrancy; no queue, no waiting)", leanRounds],
     ] as const) {
       console.log(`  ${label}: ${Math.round(median(perRound))} cycles/s (${(1000 / median(perRound)).toFixed(3)} ms)`);
     }
@@ -270,8 +270,4 @@ async function connect(connectionString: string): Promise<Client> {
   client.connect();
   await connected;
   return client;
-}
-
-function call<T>(start: (done: (error: Error | Exception | null, value: T) => void) => void): Promise<T> {
-  return new Promise<T>((resolve, reject) => start((error, value) => (error ? reject(error) : resolve(value))));
 }
