@@ -1,11 +1,31 @@
 import type { Redis } from 'ioredis';
 import { ownerValue } from '../lib/backends/redis/redis-commands';
 import { lockKeys } from '../lib/backends/redis/redis-keys';
-import { acquireShortScript, releaseShortScript } from '../lib/backends/redis/redis-lock-scripts';
+import { acquireShortScript, releaseShortScript, type AcquireReply } from '../lib/backends/redis/redis-lock-scripts';
 import { beginLifeScript, LIFE_KEY } from '../lib/backends/redis/server-life-scripts';
 import { LeanLockCore } from './lean-lock-core';
 import { grantingKeys } from './redis-command-floors';
 import type { LockRunner } from './workloads';
+
+/**
+ * This library's uncontended Redis calls as the library sends them for a caller that may wait,
+ * from a plain client: the life marker written once (the scripts that grant refuse while the
+ * server has none, unless a library wrote it), the short acquire script, and the short release
+ * of a lock granted at once. The scripts-alone floor and the lean lock both send exactly these.
+ */
+export function libraryScripts(client: Redis, clientId: string, ttlMs: number, waitMs: number) {
+  let marked: Promise<unknown> | undefined;
+  return {
+    async acquire(name: string, owner: string): Promise<AcquireReply | null> {
+      await (marked ??= beginLifeScript.run(client, [LIFE_KEY], [clientId, String(ttlMs)]));
+      return acquireShortScript.run(client, grantingKeys(name), [owner, ttlMs, `${waitMs} ${clientId}`]);
+    },
+    release(name: string, fence: number, owner: string): Promise<unknown> {
+      const keys = lockKeys(name);
+      return releaseShortScript.run(client, [keys.owner, keys.queue], [ownerValue(fence, owner)]);
+    },
+  };
+}
 
 /**
  * The least an uncontended cycle over this library's Redis scripts must do to keep the lock's
@@ -15,16 +35,13 @@ import type { LockRunner } from './workloads';
  */
 export function leanRedisLock(client: Redis, address: string, ttlMs: number, waitMs: number): LockRunner {
   const core = new LeanLockCore<number>({ name: 'redis', address }, ttlMs);
-  // The scripts that grant refuse while the server has no life marker: one, unless a library wrote it.
-  let marked: Promise<unknown> | undefined;
+  const scripts = libraryScripts(client, 'bench-lean', ttlMs, waitMs);
 
   return async (name, section) => {
     if (core.holds(name)) return void (await section());
-    await (marked ??= beginLifeScript.run(client, [LIFE_KEY], ['bench-lean-lock', String(ttlMs)]));
     const owner = core.newOwner();
-    const fence = await core.bounded(acquireShortScript.run(client, grantingKeys(name), [owner, ttlMs, `${waitMs} bench-lean`]), 'acquire');
+    const fence = await core.bounded(scripts.acquire(name, owner), 'acquire');
     if (typeof fence !== 'number') throw new Error(`lean lock: "${name}" is held by someone else (it is for uncontended rounds only)`);
-    const keys = lockKeys(name);
-    await core.hold(name, owner, fence, section, () => core.bounded(releaseShortScript.run(client, [keys.owner, keys.queue], [ownerValue(fence, owner)]), 'release'));
+    await core.hold(name, owner, fence, section, () => core.bounded(scripts.release(name, fence, owner), 'release'));
   };
 }

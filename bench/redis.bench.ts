@@ -3,11 +3,7 @@ import Redlock from 'redlock';
 import { Mutex } from 'redis-semaphore';
 import type { LockBackend, LockService } from '../lib';
 import { createBackend } from '../lib/backends/registry';
-import { ownerValue } from '../lib/backends/redis/redis-commands';
-import { lockKeys } from '../lib/backends/redis/redis-keys';
-import { beginLifeScript, LIFE_KEY } from '../lib/backends/redis/server-life-scripts';
-import { acquireShortScript, releaseShortScript } from '../lib/backends/redis/redis-lock-scripts';
-import { leanRedisLock } from './lean-redis-lock';
+import { leanRedisLock, libraryScripts } from './lean-redis-lock';
 import { lockServiceOver } from './lock-services';
 import { startRedisServer } from '../servers/redis-server';
 import { printFlashSale } from './report';
@@ -16,7 +12,7 @@ import { formatRatio, median, pairedRatio, pairedTimeRatio, signedUs } from './s
 import { progress } from './progress';
 import { cpuPerCycle } from './cpu-per-cycle';
 import { addedToPath, criticalPath, type TimedSocket } from './critical-path';
-import { addedOverFirst, FENCE_AND_FIFO, grantingKeys, measureCommandCycles, OUR_SCRIPTS } from './redis-command-floors';
+import { addedOverFirst, FENCE_AND_FIFO, measureCommandCycles, OUR_SCRIPTS } from './redis-command-floors';
 import { flashSale, interleavedCycles, medianFlashSale, type FlashSaleResult, type LockRunner, SALE_BUYERS_PER_CONNECTION, SALE_CONNECTIONS, SALE_STOCK, WARMUP_CYCLES } from './workloads';
 import { recordFigure, recordTarget } from './summary';
 
@@ -173,17 +169,13 @@ export async function run(): Promise<void> {
  */
 function scriptsAlone(client: Redis): LockRunner {
   let seq = 0;
-  // The scripts that grant refuse while the server has no life marker: one, unless a library wrote it.
-  let marked: Promise<unknown> | undefined;
+  const scripts = libraryScripts(client, 'bench-floor', LEASE_MS, WAIT_MS);
   return async (name, section) => {
-    await (marked ??= beginLifeScript.run(client, [LIFE_KEY], ['bench-scripts-alone', String(LEASE_MS)]));
     const owner = `floor-${(++seq).toString(36)}`;
-    const fence = await acquireShortScript.run(client, grantingKeys(name), [owner, LEASE_MS, `${WAIT_MS} bench-floor`]);
+    const fence = await scripts.acquire(name, owner);
     if (typeof fence !== 'number') throw new Error(`the scripts-alone floor found "${name}" held`);
     await section();
-    const keys = lockKeys(name);
-    // As the library releases a lock granted at once.
-    await releaseShortScript.run(client, [keys.owner, keys.queue], [ownerValue(fence, owner)]);
+    await scripts.release(name, fence, owner);
   };
 }
 
