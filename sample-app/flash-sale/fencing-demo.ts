@@ -16,13 +16,11 @@ export interface FencingDemo {
  */
 export async function demonstrateFencing(locks: LockService, store: StockStore, sku: string): Promise<FencingDemo> {
   const demoSku = `${sku}:fencing-demo`;
+  const steps = new DemoSteps(`stock:${demoSku}`);
   await store.seed(demoSku, 1);
-  const stale = await locks.acquire(`stock:${demoSku}`, { ttlMs: 500, renew: false });
-  await new Promise<void>((resolve) => {
-    const giveUp = setTimeout(resolve, 5_000);
-    stale.signal.addEventListener('abort', () => (clearTimeout(giveUp), resolve()), { once: true });
-  });
-  const fresh = await locks.acquire(`stock:${demoSku}`);
+  const stale = await steps.step('the stale holder acquires', () => locks.acquire(`stock:${demoSku}`, { ttlMs: 500, renew: false }));
+  const lostBy = await lossOf(stale.signal, 5_000);
+  const fresh = await steps.step(`a fresh holder acquires (the stale lease ${lostBy})`, () => locks.acquire(`stock:${demoSku}`));
   await store.write(demoSku, { stock: 0, lucky: 1, winner: 'fresh holder' }, fresh.fencingToken);
   await fresh.release();
   let staleWriteRefused = false;
@@ -40,4 +38,31 @@ export async function demonstrateFencing(locks: LockService, store: StockStore, 
     staleToken: stale.fencingToken.toString(),
     acceptedToken: fresh.fencingToken.toString(),
   };
+}
+
+/** Resolves once `signal` fires (at once if it already has), or after `giveUpMs`: how it ended, for the report of a failure. */
+function lossOf(signal: AbortSignal, giveUpMs: number): Promise<string> {
+  const started = performance.now();
+  if (signal.aborted) return Promise.resolve('was already lost');
+  return new Promise((resolve) => {
+    const giveUp = setTimeout(() => resolve(`was not reported lost within ${giveUpMs} ms`), giveUpMs);
+    signal.addEventListener('abort', () => (clearTimeout(giveUp), resolve(`was lost after ${Math.round(performance.now() - started)} ms`)), { once: true });
+  });
+}
+
+/** The demo's steps, timed: a step that fails says which it was and when, since the demo runs at the end of every sale. */
+class DemoSteps {
+  private readonly started = performance.now();
+
+  constructor(private readonly name: string) {}
+
+  async step<T>(what: string, run: () => Promise<T>): Promise<T> {
+    const at = performance.now();
+    try {
+      return await run();
+    } catch (error) {
+      const since = (from: number) => Math.round(performance.now() - from);
+      throw new Error(`The fencing demo on "${this.name}" failed where ${what}, after ${since(at)} ms (${since(this.started)} ms into the demo): ${(error as Error).message}`, { cause: error });
+    }
+  }
 }
