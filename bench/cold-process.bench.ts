@@ -6,9 +6,9 @@ import { startRedisServer } from '../servers/redis-server';
 import { COLD_CYCLES } from './cold-process.worker';
 import { progress } from './progress';
 import { median, pairedRatio } from './stats';
-import { recordTarget } from './summary';
+import { recordFigure, recordTarget } from './summary';
 
-/** Fresh processes per library; each pair (ours, the peer) runs back to back in a random order. */
+/** Fresh processes per library; each round (ours, the peer, and the floor if any) runs back to back in a random order. */
 const PROCESSES = 5;
 const WORKER = path.join(__dirname, 'cold-process.worker.js');
 const run$ = promisify(execFile);
@@ -19,6 +19,8 @@ interface Pairing {
   peer: string;
   peerLabel: string;
   target: number;
+  /** A lean lock over the library's own server calls (the floor of our layer), run in the same rounds. */
+  floor?: string;
 }
 
 /**
@@ -31,19 +33,21 @@ export async function run(): Promise<void> {
   const etcd = await EtcdCluster.start(1);
   try {
     const pairings: Array<Pairing & { address: string }> = [
-      { backend: 'redis', ours: 'ours-redis', peer: 'redis-semaphore', peerLabel: "redis-semaphore's Mutex", target: 1.2, address: redis.url },
+      { backend: 'redis', ours: 'ours-redis', peer: 'redis-semaphore', peerLabel: "redis-semaphore's Mutex", target: 1.2, floor: 'lean-redis', address: redis.url },
       { backend: 'etcd', ours: 'ours-etcd', peer: 'etcd3', peerLabel: 'the etcd3 Lock', target: 0.8, address: etcd.hosts.join(',') },
     ];
     console.log(`${PROCESSES} fresh processes per library, each timing its first ${COLD_CYCLES} uncontended cycles after connecting (no warm-up); ratios per pair of processes run back to back`);
     for (const pairing of pairings) {
       const ours: number[] = [];
       const theirs: number[] = [];
+      const floor: number[] = [];
+      const libraries = [pairing.ours, pairing.peer, ...(pairing.floor ? [pairing.floor] : [])];
       for (let i = 0; i < PROCESSES; i++) {
-        const order = Math.random() < 0.5 ? [pairing.ours, pairing.peer] : [pairing.peer, pairing.ours];
         const times = new Map<string, number>();
-        for (const library of order) times.set(library, await coldRun(library, pairing.address));
+        for (const library of [...libraries].sort(() => Math.random() - 0.5)) times.set(library, await coldRun(library, pairing.address));
         ours.push(times.get(pairing.ours)!);
         theirs.push(times.get(pairing.peer)!);
+        if (pairing.floor) floor.push(times.get(pairing.floor)!);
         progress(`cold processes (${pairing.backend})`, i + 1, PROCESSES);
       }
       const ratio = pairedRatio(ours, theirs);
@@ -52,6 +56,11 @@ export async function run(): Promise<void> {
           `(medians over processes); ratio ${ratio.median.toFixed(2)}x (pairs: ${ours.map((value, i) => (value / theirs[i]).toFixed(2)).join(', ')})`,
       );
       recordTarget(`cold process, first ${COLD_CYCLES} cycles vs ${pairing.peerLabel}`, ratio.median, '<=', pairing.target);
+      if (floor.length > 0) {
+        const floorRatio = pairedRatio(floor, theirs);
+        console.log(`  floor: a lean lock over this library's scripts (bench/lean-redis-lock.ts), cold: ${floorRatio.median.toFixed(2)}x ${pairing.peerLabel} (pairs: ${floor.map((value, i) => (value / theirs[i]).toFixed(2)).join(', ')})`);
+        recordFigure(`cold process: a lean lock over the library's scripts vs ${pairing.peerLabel}`, `${floorRatio.median.toFixed(2)}x`);
+      }
     }
   } finally {
     await etcd.stop();

@@ -25,6 +25,14 @@ const LIBRARIES: Record<string, (address: string) => Promise<Connected>> = {
     const service = lockServiceOver(backend);
     return { cycle: (name) => service.withLock(name, noop, { ttlMs: LEASE_MS }), close: () => service.onApplicationShutdown() };
   },
+  /** The floor of the Redis pairing: the library's own scripts under the lean lock (lean-redis-lock.ts), cold. */
+  async 'lean-redis'(url) {
+    const [{ Redis }, { leanRedisLock }] = await Promise.all([import('ioredis'), import('./lean-redis-lock')]);
+    const client = new Redis(url);
+    await client.ping();
+    const lock = leanRedisLock(client, url, LEASE_MS, 10_000);
+    return { cycle: (name) => lock(name, noop), close: async () => void client.disconnect() };
+  },
   async 'redis-semaphore'(url) {
     const [{ Redis }, { Mutex }] = await Promise.all([import('ioredis'), import('redis-semaphore')]);
     const client = new Redis(url);
