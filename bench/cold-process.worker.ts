@@ -16,6 +16,8 @@ interface Connected {
 }
 
 const LEASE_MS = 10_000;
+/** The floors' wait option: they never wait (an uncontended name), but the scripts carry it. */
+const WAIT_MS = 10_000;
 
 const LIBRARIES: Record<string, (address: string) => Promise<Connected>> = {
   async 'ours-redis'(url) {
@@ -25,12 +27,20 @@ const LIBRARIES: Record<string, (address: string) => Promise<Connected>> = {
     const service = lockServiceOver(backend);
     return { cycle: (name) => service.withLock(name, noop, { ttlMs: LEASE_MS }), close: () => service.onApplicationShutdown() };
   },
-  /** The floor of the Redis pairing: the library's own scripts under the lean lock (lean-redis-lock.ts), cold. */
+  /** The floors of the Redis pairing (lean-redis-lock.ts): the library's own scripts alone, cold. */
+  async 'redis-scripts'(url) {
+    const [{ Redis }, { scriptsAlone }] = await Promise.all([import('ioredis'), import('./lean-redis-lock')]);
+    const client = new Redis(url);
+    await client.ping();
+    const scripts = scriptsAlone(client, LEASE_MS, WAIT_MS);
+    return { cycle: (name) => scripts(name, noop), close: async () => void client.disconnect() };
+  },
+  /** ... and a lean lock over them. */
   async 'lean-redis'(url) {
     const [{ Redis }, { leanRedisLock }] = await Promise.all([import('ioredis'), import('./lean-redis-lock')]);
     const client = new Redis(url);
     await client.ping();
-    const lock = leanRedisLock(client, url, LEASE_MS, 10_000);
+    const lock = leanRedisLock(client, url, LEASE_MS, WAIT_MS);
     return { cycle: (name) => lock(name, noop), close: async () => void client.disconnect() };
   },
   async 'redis-semaphore'(url) {

@@ -2,7 +2,7 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomBytes } from 'node:crypto';
 import { deadlines } from '../lib/deadlines';
 import { LazyAbort } from '../lib/lazy-abort';
-import { IDLE_DISABLE_MS } from '../lib/lock-context';
+import { IDLE_DISABLE_MS, YOUNG_PROCESS_SCOPES } from '../lib/lock-context';
 import { withinServerTimeout } from '../lib/server-timeout';
 
 const SERVER_TIMEOUT_MS = 5_000;
@@ -59,9 +59,10 @@ export class LeanLockCore<Token> {
 
 /**
  * The held name in the async chain, kept in a storage that goes off once no cycle has entered it
- * for IDLE_DISABLE_MS, as the library's own does (lock-context.ts). A storage left on would run
- * Node's promise hooks for every other runner of the bench's rounds too, slowing the floors the
- * library is measured against.
+ * for IDLE_DISABLE_MS, and after each cycle in a young process, as the library's own does
+ * (lock-context.ts). A storage left on would run Node's promise hooks for every other runner of
+ * the bench's rounds too, slowing the floors the library is measured against, and would slow the
+ * lean lock itself in the cold-process row.
  */
 class LeanScope {
   private readonly storage = new AsyncLocalStorage<string>();
@@ -81,6 +82,7 @@ class LeanScope {
       await this.storage.run(name, section);
     } finally {
       this.open--;
+      if (this.entered <= YOUNG_PROCESS_SCOPES && this.open === 0) this.storage.disable();
     }
   }
 

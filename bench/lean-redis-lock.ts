@@ -13,7 +13,7 @@ import type { LockRunner } from './workloads';
  * server has none, unless a library wrote it), the short acquire script, and the short release
  * of a lock granted at once. The scripts-alone floor and the lean lock both send exactly these.
  */
-export function libraryScripts(client: Redis, clientId: string, ttlMs: number, waitMs: number) {
+function libraryScripts(client: Redis, clientId: string, ttlMs: number, waitMs: number) {
   let marked: Promise<unknown> | undefined;
   return {
     async acquire(name: string, owner: string): Promise<AcquireReply | null> {
@@ -24,6 +24,24 @@ export function libraryScripts(client: Redis, clientId: string, ttlMs: number, w
       const keys = lockKeys(name);
       return releaseShortScript.run(client, [keys.owner, keys.queue], [ownerValue(fence, owner)]);
     },
+  };
+}
+
+/**
+ * This library's acquire and release scripts sent by a plain ioredis client, one after the other,
+ * with the keys the library sends (the life marker's too) and nothing around them (no in-process
+ * queue, lease, renewal, re-entrancy or timeouts): the floor of this library's uncontended cycle
+ * on Redis. Never waits: it fails if the name is held.
+ */
+export function scriptsAlone(client: Redis, ttlMs: number, waitMs: number): LockRunner {
+  let seq = 0;
+  const scripts = libraryScripts(client, 'bench-floor', ttlMs, waitMs);
+  return async (name, section) => {
+    const owner = `floor-${(++seq).toString(36)}`;
+    const fence = await scripts.acquire(name, owner);
+    if (typeof fence !== 'number') throw new Error(`the scripts-alone floor found "${name}" held`);
+    await section();
+    await scripts.release(name, fence, owner);
   };
 }
 

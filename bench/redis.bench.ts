@@ -3,7 +3,7 @@ import Redlock from 'redlock';
 import { Mutex } from 'redis-semaphore';
 import type { LockBackend, LockService } from '../lib';
 import { createBackend } from '../lib/backends/registry';
-import { leanRedisLock, libraryScripts } from './lean-redis-lock';
+import { leanRedisLock, scriptsAlone } from './lean-redis-lock';
 import { lockServiceOver } from './lock-services';
 import { startRedisServer } from '../servers/redis-server';
 import { printFlashSale } from './report';
@@ -95,7 +95,7 @@ export async function run(): Promise<void> {
         `in a shuffled order, after a warm-up of ${WARMUP_CYCLES} cycles each; medians, and ratios taken inside each round`,
     );
     // Not a contender (it cannot wait, so it sits out the sales): what this library's scripts cost with no library around them.
-    const floor: Contender = { label: "floor: this library's acquire and release scripts alone (a plain client, no library)", peer: false, runners: [scriptsAlone(connect())] };
+    const floor: Contender = { label: "floor: this library's acquire and release scripts alone (a plain client, no library)", peer: false, runners: [scriptsAlone(connect(), LEASE_MS, WAIT_MS)] };
     const lean: Contender = {
       label: 'a lean lock over those scripts on a plain client (bounds, lease deadline, lost signal, re-entrancy; no queue, no renewals)',
       peer: false,
@@ -159,24 +159,6 @@ export async function run(): Promise<void> {
     for (const client of clients) client.disconnect();
     await redis.stop();
   }
-}
-
-/**
- * This library's acquire and release scripts sent by a plain ioredis client, one after the other,
- * with the keys the library sends (the life marker's too) and nothing around them (no in-process
- * queue, lease, renewal, re-entrancy or timeouts): the floor of this library's uncontended cycle
- * on Redis. Never waits: it fails if the name is held.
- */
-function scriptsAlone(client: Redis): LockRunner {
-  let seq = 0;
-  const scripts = libraryScripts(client, 'bench-floor', LEASE_MS, WAIT_MS);
-  return async (name, section) => {
-    const owner = `floor-${(++seq).toString(36)}`;
-    const fence = await scripts.acquire(name, owner);
-    if (typeof fence !== 'number') throw new Error(`the scripts-alone floor found "${name}" held`);
-    await section();
-    await scripts.release(name, fence, owner);
-  };
 }
 
 /** Redis' own CPU time so far (`INFO cpu`, user + system), in microseconds. */
