@@ -8,7 +8,7 @@ import { progress } from './progress';
 import { median, pairedRatio } from './stats';
 import { recordFigure, recordTarget } from './summary';
 
-/** Fresh processes per library; each round (ours, the peer, and the floor if any) runs back to back in a random order. */
+/** Fresh processes per library; each round (ours, the peer, and the floors if any) runs back to back in a random order. */
 const PROCESSES = 5;
 const WORKER = path.join(__dirname, 'cold-process.worker.js');
 const run$ = promisify(execFile);
@@ -43,30 +43,28 @@ export async function run(): Promise<void> {
     ];
     console.log(`${PROCESSES} fresh processes per library, each timing its first ${COLD_CYCLES} uncontended cycles after connecting (no warm-up); ratios per pair of processes run back to back`);
     for (const pairing of pairings) {
-      const ours: number[] = [];
-      const theirs: number[] = [];
       const floors = pairing.floors ?? [];
-      const floorTimes = floors.map((): number[] => []);
-      const libraries = [pairing.ours, pairing.peer, ...floors.map((floor) => floor.library)];
+      // Each library's time in every round, in the rounds' order.
+      const timesOf = new Map<string, number[]>([pairing.ours, pairing.peer, ...floors.map((floor) => floor.library)].map((library) => [library, []]));
       for (let i = 0; i < PROCESSES; i++) {
-        const times = new Map<string, number>();
-        for (const library of [...libraries].sort(() => Math.random() - 0.5)) times.set(library, await coldRun(library, pairing.address));
-        ours.push(times.get(pairing.ours)!);
-        theirs.push(times.get(pairing.peer)!);
-        floors.forEach((floor, f) => floorTimes[f].push(times.get(floor.library)!));
+        for (const library of [...timesOf.keys()].sort(() => Math.random() - 0.5)) timesOf.get(library)!.push(await coldRun(library, pairing.address));
         progress(`cold processes (${pairing.backend})`, i + 1, PROCESSES);
       }
+      const ours = timesOf.get(pairing.ours)!;
+      const theirs = timesOf.get(pairing.peer)!;
+      const pairs = (times: number[]) => times.map((value, i) => (value / theirs[i]).toFixed(2)).join(', ');
       const ratio = pairedRatio(ours, theirs);
       console.log(
         `${pairing.backend}: this library ${(median(ours) / COLD_CYCLES).toFixed(3)} ms per cycle, ${pairing.peerLabel} ${(median(theirs) / COLD_CYCLES).toFixed(3)} ms ` +
-          `(medians over processes); ratio ${ratio.median.toFixed(2)}x (pairs: ${ours.map((value, i) => (value / theirs[i]).toFixed(2)).join(', ')})`,
+          `(medians over processes); ratio ${ratio.median.toFixed(2)}x (pairs: ${pairs(ours)})`,
       );
       recordTarget(`cold process, first ${COLD_CYCLES} cycles vs ${pairing.peerLabel}`, ratio.median, '<=', pairing.target);
-      floors.forEach((floor, f) => {
-        const floorRatio = pairedRatio(floorTimes[f], theirs);
-        console.log(`  ${floor.label}, cold: ${floorRatio.median.toFixed(2)}x ${pairing.peerLabel} (pairs: ${floorTimes[f].map((value, i) => (value / theirs[i]).toFixed(2)).join(', ')})`);
+      for (const floor of floors) {
+        const times = timesOf.get(floor.library)!;
+        const floorRatio = pairedRatio(times, theirs);
+        console.log(`  ${floor.label}, cold: ${floorRatio.median.toFixed(2)}x ${pairing.peerLabel} (pairs: ${pairs(times)})`);
         recordFigure(`cold process, ${floor.label}, vs ${pairing.peerLabel}`, `${floorRatio.median.toFixed(2)}x`);
-      });
+      }
     }
   } finally {
     await etcd.stop();

@@ -5,6 +5,8 @@
  * joined by commas). Each library is loaded here alone, as a short-lived process would load it.
  */
 import 'reflect-metadata';
+import type { Redis } from 'ioredis';
+import type { LockRunner } from './workloads';
 
 export const COLD_CYCLES = 200;
 
@@ -27,21 +29,15 @@ const LIBRARIES: Record<string, (address: string) => Promise<Connected>> = {
     const service = lockServiceOver(backend);
     return { cycle: (name) => service.withLock(name, noop, { ttlMs: LEASE_MS }), close: () => service.onApplicationShutdown() };
   },
-  /** The floors of the Redis pairing (lean-redis-lock.ts): the library's own scripts alone, cold. */
+  /** The floors of the Redis pairing (lean-redis-lock.ts): the library's own scripts alone, cold... */
   async 'redis-scripts'(url) {
-    const [{ Redis }, { scriptsAlone }] = await Promise.all([import('ioredis'), import('./lean-redis-lock')]);
-    const client = new Redis(url);
-    await client.ping();
-    const scripts = scriptsAlone(client, LEASE_MS, WAIT_MS);
-    return { cycle: (name) => scripts(name, noop), close: async () => void client.disconnect() };
+    const { scriptsAlone } = await import('./lean-redis-lock');
+    return onPlainRedis(url, (client) => scriptsAlone(client, LEASE_MS, WAIT_MS));
   },
   /** ... and a lean lock over them. */
   async 'lean-redis'(url) {
-    const [{ Redis }, { leanRedisLock }] = await Promise.all([import('ioredis'), import('./lean-redis-lock')]);
-    const client = new Redis(url);
-    await client.ping();
-    const lock = leanRedisLock(client, url, LEASE_MS, WAIT_MS);
-    return { cycle: (name) => lock(name, noop), close: async () => void client.disconnect() };
+    const { leanRedisLock } = await import('./lean-redis-lock');
+    return onPlainRedis(url, (client) => leanRedisLock(client, url, LEASE_MS, WAIT_MS));
   },
   async 'redis-semaphore'(url) {
     const [{ Redis }, { Mutex }] = await Promise.all([import('ioredis'), import('redis-semaphore')]);
@@ -88,6 +84,15 @@ const LIBRARIES: Record<string, (address: string) => Promise<Connected>> = {
 };
 
 function noop(): void {}
+
+/** `runnerOf`'s lock on a plain ioredis client, connected (a PING) before its cycles are timed. */
+async function onPlainRedis(url: string, runnerOf: (client: Redis) => LockRunner): Promise<Connected> {
+  const { Redis } = await import('ioredis');
+  const client = new Redis(url);
+  await client.ping();
+  const runner = runnerOf(client);
+  return { cycle: (name) => runner(name, noop), close: async () => void client.disconnect() };
+}
 
 async function main(): Promise<void> {
   const [library, address] = process.argv.slice(2);
