@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createClient, CreateMode, type Client } from 'node-zookeeper-client';
 import { call } from './zookeeper-call';
@@ -8,6 +9,7 @@ import { lockServiceOver } from './lock-services';
 import { startZooKeeperServer } from '../servers/zookeeper-server';
 import { printFlashSale } from './report';
 import { addedToPath, criticalPath, type TimedSocket } from './critical-path';
+import { cpuPerCycle } from './cpu-per-cycle';
 import { curatorRecipeLock } from './curator-recipe-lock';
 import { leanZooKeeperLock } from './lean-zookeeper-lock';
 import { formatRatio, median, pairedRatio, percentile } from './stats';
@@ -79,7 +81,8 @@ export async function run(): Promise<void> {
     recordFigure("floor: the library's two writes alone, in write round trips", writesAloneTrips.median.toFixed(2));
     recordFigure('a lean lock over those two writes, in write round trips', leanTrips.median.toFixed(2));
     recordTarget("uncontended cycle time vs Curator's recipe", vsCurator.median, '<=', 1.1);
-    await printCriticalPaths(ours[0], backends[0], runners.get('writes')!, naiveClients[0]);
+    await printCriticalPaths(ours[0], backends[0], runners.get('writes')!, runners.get('lean')!, naiveClients[0]);
+    await printCpuPerCycle(runners, zookeeper.server.pid);
 
     for (const [where, handOff] of [
       ['a waiter directly behind the holder', await pairHandOffs(services.slice(0, 2), backends.slice(0, 2))],
@@ -107,16 +110,18 @@ export async function run(): Promise<void> {
 }
 
 /**
- * Where the uncontended cycle's time goes, this library against its two writes alone on the
- * same client library: each round trip, and this process's work between a reply and its next
- * request (the gap the write round trips above count in).
+ * Where the uncontended cycle's time goes, this library against its two writes alone and the lean
+ * lock over them, on the same client library: each round trip, and this process's work between a
+ * reply and its next request (the gap the write round trips above count in). `writesClient`
+ * carries both the writes alone and the lean lock.
  */
-async function printCriticalPaths(ours: LockRunner, backend: LockBackend, writesAlone: LockRunner, writesClient: Client): Promise<void> {
+async function printCriticalPaths(ours: LockRunner, backend: LockBackend, writesAlone: LockRunner, lean: LockRunner, writesClient: Client): Promise<void> {
   // node-zookeeper-client keeps its socket in a private field: a benchmark may look inside.
   const socketOf = (client: Client) => (client as unknown as { connectionManager: { socket: TimedSocket } }).connectionManager.socket;
   const paths = [
     { label: 'this library (zookeeper)', path: await criticalPath(ours, socketOf(clientOf(backend)), `bench-path-${process.pid}-ours`) },
     { label: 'its two writes alone', path: await criticalPath(writesAlone, socketOf(writesClient), `bench-path-${process.pid}-writes`) },
+    { label: 'the lean lock over them', path: await criticalPath(lean, socketOf(writesClient), `bench-path-${process.pid}-lean`) },
   ];
   for (const { label, path } of paths) {
     console.log(
@@ -125,6 +130,34 @@ async function printCriticalPaths(ours: LockRunner, backend: LockBackend, writes
     );
   }
   recordFigure("uncontended cycle's steps vs the two writes alone (us: trips / this process between them)", addedToPath(paths[0].path, paths[1].path));
+  recordFigure("the lean lock's steps vs the two writes alone (us: trips / this process between them)", addedToPath(paths[2].path, paths[1].path));
+}
+
+/**
+ * The CPU each uncontended cycle costs this process and the server, the library against its two
+ * writes alone and the lean lock over them. On two shared cores the server's threads run beside
+ * this process, so this process's work slows the round trips too, not only the steps between them.
+ */
+async function printCpuPerCycle(runners: ReadonlyMap<string, LockRunner>, serverPid: number): Promise<void> {
+  const labels = new Map([
+    ['ours', 'this library'],
+    ['writes', 'its two writes alone'],
+    ['lean', 'the lean lock over them'],
+  ]);
+  // 1,000 cycles a round: the server's CPU is read in 10 ms ticks.
+  const cpu = await cpuPerCycle(new Map([...labels.keys()].map((key) => [key, runners.get(key)!])), async () => processCpuUs(serverPid), 7, 1000);
+  for (const [key, { clientUs, serverUs }] of cpu) {
+    console.log(`uncontended CPU per cycle, ${labels.get(key)}: ${clientUs.toFixed(1)} us in this process, ${serverUs.toFixed(1)} us in the server`);
+  }
+  const us = (key: string) => cpu.get(key)!.clientUs.toFixed(0);
+  recordFigure('uncontended CPU per cycle in this process (us): the library / the lean lock / the two writes alone', `${us('ours')} / ${us('lean')} / ${us('writes')}`);
+}
+
+/** A process's user + system CPU time so far, in us, from /proc (Linux; clock ticks of 10 ms). */
+function processCpuUs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  // utime and stime are the 14th and 15th fields of the line, the 12th and 13th after the command name.
+  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / 100;
 }
 
 interface HandOffs {
