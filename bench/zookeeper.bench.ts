@@ -155,8 +155,9 @@ async function printCpuPerCycle(runners: ReadonlyMap<string, LockRunner>, server
 
 /** A process's user + system CPU time so far, in us, from /proc (Linux; clock ticks of 10 ms). */
 function processCpuUs(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-  // utime and stime are the 14th and 15th fields of the line, the 12th and 13th after the command name.
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // After the parenthesised command name (which may hold spaces): utime and stime, the line's 14th and 15th fields.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return ((Number(fields[11]) + Number(fields[12])) * 1e6) / 100;
 }
 
