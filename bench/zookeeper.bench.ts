@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createClient, CreateMode, type Client } from 'node-zookeeper-client';
 import { call } from './zookeeper-call';
@@ -7,6 +6,7 @@ import { createZooKeeperBackend } from '../lib/backends/zookeeper/create-zookeep
 import { ClientTraffic, clientOf, isKeepAlive, watchedPaths } from '../test/backends/zookeeper/zookeeper-client-probe';
 import { lockServiceOver } from './lock-services';
 import { startZooKeeperServer } from '../servers/zookeeper-server';
+import { processCpuUs } from '../servers/proc-stat';
 import { printFlashSale } from './report';
 import { addedToPath, criticalPath, type TimedSocket } from './critical-path';
 import { cpuPerCycle } from './cpu-per-cycle';
@@ -151,14 +151,6 @@ async function printCpuPerCycle(runners: ReadonlyMap<string, LockRunner>, server
   }
   const us = (key: string) => cpu.get(key)!.clientUs.toFixed(0);
   recordFigure('uncontended CPU per cycle in this process (us): the library / the lean lock / the two writes alone', `${us('ours')} / ${us('lean')} / ${us('writes')}`);
-}
-
-/** A process's user + system CPU time so far, in us, from /proc (Linux; clock ticks of 10 ms). */
-function processCpuUs(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  // After the parenthesised command name (which may hold spaces): utime and stime, the line's 14th and 15th fields.
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / 100;
 }
 
 interface HandOffs {

@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import { connect } from 'node:net';
+import { procStatFields } from './proc-stat';
 
 export interface ServerProcessOptions {
   /** Shown in errors: 'redis-server on 127.0.0.1:6380'. */
@@ -76,8 +77,7 @@ function isRunning(pid: number): boolean {
   }
   return threads.some((thread) => {
     try {
-      const stat = readFileSync(`/proc/${pid}/task/${thread}/stat`, 'utf8');
-      const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+      const state = procStatFields(`/proc/${pid}/task/${thread}/stat`)[0];
       return state !== 'T' && state !== 't' && state !== 'Z' && state !== 'X';
     } catch {
       return false;
@@ -91,9 +91,7 @@ function childrenOf(pid: number): number[] {
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     try {
-      // The parent's pid is the 2nd field after the parenthesised command name.
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) children.push(Number(entry));
+      if (Number(procStatFields(`/proc/${entry}/stat`)[1]) === pid) children.push(Number(entry));
     } catch {
       // Exited meanwhile.
     }
